@@ -1,0 +1,49 @@
+# phisieve: `make demo` runs the pipeline on a synthetic corpus; `make test` runs every test.
+# Each target creates .venv and builds the Rust extension (release mode) when needed.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.phisieve-built
+SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
+           Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml
+export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
+
+.PHONY: demo test test-rust test-python bench lint build clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "maturin>=1.7,<2"
+
+$(STAMP): $(BIN)/python $(SOURCES)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
+	    $(BIN)/maturin develop --release --extras dev --quiet
+	touch $(STAMP)
+
+build: $(STAMP)
+
+demo: build
+	$(BIN)/phisieve demo --out demo_out
+
+test: test-rust test-python
+
+test-rust:
+	cargo test --release -p phisieve-core --quiet
+
+test-python: build
+	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "test corpus not found at $(PHISIEVE_TEST_CORPUS) (set PHISIEVE_TEST_CORPUS)"; exit 1; }
+	$(BIN)/python -m pytest -q
+
+bench: build
+	$(BIN)/pip install --quiet psutil
+	$(BIN)/python benches/index_scaling.py
+
+lint: build
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	cargo fmt --all --check
+	cargo clippy --all-targets --release -- -D warnings
+
+clean:
+	rm -rf $(VENV) target demo_out

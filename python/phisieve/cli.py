@@ -1,0 +1,177 @@
+"""The ``phisieve`` command line: one sub-command per pipeline stage.
+
+Every command calls the same functions as the Python API. Errors that phisieve raises on
+purpose print one line (what and where, never note text) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .errors import PhisieveError
+
+app = typer.Typer(
+    name="phisieve",
+    help="Prepare clinical text corpora for language-model training without letting the "
+    "model memorise who the patients are.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out_console = Console()
+
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+@app.command()
+def synth(
+    out: Out,
+    patients: Annotated[int, typer.Option(help="Number of patients.")] = 500,
+    seed: Annotated[int, typer.Option(help="Random seed; output is a pure function of it.")] = 0,
+    fmt: Annotated[str, typer.Option("--format", help="parquet or mimic-csv.")] = "parquet",
+    quiet: Quiet = False,
+) -> None:
+    """Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."""
+    from .synth import synth as run
+
+    manifest = run(out, patients=patients, seed=seed, fmt=fmt, progress=not quiet)
+    out_console.print(
+        f"wrote {manifest.get('rows', 0):,} notes of {patients:,} patients "
+        f"(~{manifest.get('tokens', 0):,} tokens) to {out}"
+    )
+
+
+@app.command()
+def ingest(
+    path: Annotated[Path, typer.Argument(help="Input file or folder.")],
+    out: Out,
+    fmt: Annotated[
+        str, typer.Option("--format", help="mimic, physionet, jsonl, parquet, txt or auto.")
+    ] = "auto",
+    patient_col: Annotated[str | None, typer.Option(help="Patient id column.")] = None,
+    text_col: Annotated[str | None, typer.Option(help="Note text column.")] = None,
+    doc_col: Annotated[str | None, typer.Option(help="Document id column.")] = None,
+    group_col: Annotated[str | None, typer.Option(help="Admission (group) id column.")] = None,
+    id_map: Annotated[
+        Path | None, typer.Option(help="CSV file,patient_id[,group_id] for a txt folder.")
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Read notes (MIMIC-III CSV, PhysioNet deid, JSONL, Parquet, .txt folder) into the
+    documents dataset; bad rows go to OUT/_rejected with a reason."""
+    from .readers import ingest as run
+
+    m = run(path, out, fmt, patient_col=patient_col, text_col=text_col, doc_col=doc_col,
+            group_col=group_col, id_map=id_map, progress=not quiet)
+    out_console.print(
+        f"read {m['rows_in']:,} rows: {m['rows']:,} documents written to {out}, "
+        f"{m['rejected']:,} rejected"
+    )
+    for reason, count in sorted(m.get("rejected_by_reason", {}).items()):
+        out_console.print(f"  rejected, {reason}: {count:,}")
+
+
+@app.command()
+def index(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset (from ingest or synth).")],
+    out: Out,
+    k: Annotated[int, typer.Option("--k", help="Indirect: used by fewer than k patients.")] = 2,
+    ngram: Annotated[int, typer.Option(help="Count word n-grams for n = 1..NGRAM.")] = 1,
+    normalize: Annotated[str, typer.Option(help="nfkc_lower, nfkc, nfc_lower, nfc, lower, none.")]
+    = "nfkc_lower",
+    memory_budget: Annotated[
+        str | None, typer.Option(help="e.g. 2GB: split terms into passes to stay under it.")
+    ] = None,
+    threads: Annotated[int, typer.Option(help="Worker threads (0: all cores).")] = 0,
+    patient_col: Annotated[str, typer.Option(help="Patient id column.")] = "patient_id",
+    text_col: Annotated[str, typer.Option(help="Note text column.")] = "text",
+    policy_stats: Annotated[
+        bool, typer.Option(help="Measure the share of words each n-gram policy protects.")
+    ] = True,
+    quiet: Quiet = False,
+) -> None:
+    """Build the patient x term index: terms, blacklist.txt and stats.json in OUT."""
+    from .term_index import write_index
+
+    stats = write_index(docs, out, k=k, ngram=ngram, normalize=normalize,
+                        patient_col=patient_col, text_col=text_col, memory_budget=memory_budget,
+                        threads=threads, policy_stats=policy_stats, progress=not quiet)
+    print_index_summary(stats)
+    out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
+
+
+def print_index_summary(stats: dict[str, Any]) -> None:
+    """A readable table of an index's statistics."""
+    out_console.print(
+        f"[bold]{stats['documents']:,} documents[/], {stats['patients']:,} patients, "
+        f"{stats['tokens']:,} words; k = {stats['k']}, "
+        f"{stats['passes']} pass(es), index peak {stats['peak_index_bytes'] / 2**20:,.1f} MiB"
+    )
+    table = Table(title="indirect identifiers (terms used by fewer than k patients)")
+    for col in ("n", "distinct terms", "indirect", "share of terms", "share of occurrences",
+                "per patient: median", "p90", "max"):
+        table.add_column(col, justify="right")
+    for n, s in stats["per_n"].items():
+        q = s["identifiers_per_patient"]
+        table.add_row(n, f"{s['distinct_terms']:,}", f"{s['indirect_terms']:,}",
+                      f"{s['share_distinct_indirect']:.1%}",
+                      f"{s['share_occurrences_indirect']:.2%}",
+                      f"{q.get('q50', 0):,.0f}", f"{q.get('q90', 0):,.0f}",
+                      f"{q.get('q100', 0):,.0f}")
+    out_console.print(table)
+    share = stats.get("protected_share")
+    if share:
+        out_console.print(
+            f"protected word occurrences at n <= {stats['ngram']}: policy all "
+            f"{share['all']:.1%}, policy minimal {share['minimal']:.1%}"
+        )
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Working folder.")] = Path("demo_out"),
+    patients: Annotated[int, typer.Option(help="Synthetic patients.")] = 500,
+    ngram: Annotated[int, typer.Option(help="n-gram length for the index.")] = 2,
+) -> None:
+    """Synthetic corpus -> patient x term index -> summary, end to end."""
+    from .term_index import write_index
+    from .synth import synth as run_synth
+
+    out_console.rule("[bold]1. synthetic corpus")
+    manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True)
+    out_console.print(f"{manifest['rows']:,} notes of {patients:,} patients in {out / 'notes'}")
+    out_console.rule("[bold]2. patient x term index")
+    stats = write_index(out / "notes", out / "terms", k=2, ngram=ngram, progress=True)
+    print_index_summary(stats)
+    out_console.print(f"blacklist: {out / 'terms' / 'blacklist.txt'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``phisieve`` command."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except PhisieveError as e:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as e:
+        code = getattr(e, "exit_code", getattr(e, "code", 0))
+        sys.exit(code)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

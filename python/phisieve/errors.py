@@ -1,0 +1,61 @@
+"""phisieve's exceptions: one base class, messages that say what and where, never patient text."""
+
+from __future__ import annotations
+
+
+class PhisieveError(Exception):
+    """Base class of every error phisieve raises on purpose."""
+
+
+class InputError(PhisieveError, ValueError):
+    """Bad input: a missing column, an unknown format, a file that cannot be read.
+
+    Parameters
+    ----------
+    message
+        What is wrong. It must never contain note text.
+    path, row, column
+        Where it is wrong, when known (row is 0-based within the file or table).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: object | None = None,
+        row: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.row = row
+        self.column = column
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if row is not None:
+            where.append(f"row {row}")
+        if column is not None:
+            where.append(f"column {column!r}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class MissingDependencyError(PhisieveError, ImportError):
+    """An optional dependency is needed for this feature but is not installed."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"this feature needs the optional package {package!r}: "
+            f"pip install 'phisieve[{extra}]'"
+        )
+
+
+class ConfigError(PhisieveError, ValueError):
+    """An option is out of range or inconsistent (bad ``k``, unknown normalisation, ...)."""
+
+
+class NotGroupedError(InputError):
+    """Documents of a patient are not contiguous where the index needs them grouped."""
+
+
+class MemoryBudgetExceeded(PhisieveError, MemoryError):
+    """A pass of the index outgrew the memory budget (phisieve splits the pass and retries)."""

@@ -1,0 +1,398 @@
+"""The patient x term index: which terms fewer than k patients use (indirect identifiers).
+
+The counting runs in Rust (:class:`phisieve._core.IndexBuilder`); this module streams record
+batches into it, keeps its memory under a budget by splitting terms into hash partitions
+counted in separate passes, sorts input that is not grouped by patient, merges partial
+indexes, and computes the statistics the papers report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import _core
+from .dataset import BatchSource, DatasetWriter, open_source, parquet_files, require_columns
+from .errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
+from .progress import progress_bar
+
+MAX_PARTITIONS = 4096
+"""The most hash partitions a memory budget may split the terms into."""
+
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_size(size: int | str | None) -> int | None:
+    """Bytes from ``2GB``, ``512MiB``, ``1.5g`` or an integer; ``None`` stays ``None``."""
+    if size is None or isinstance(size, int):
+        return size
+    m = _SIZE.match(size)
+    if not m:
+        raise ConfigError(f"cannot read {size!r} as a memory size (e.g. 2GB, 512MiB)")
+    unit = (m.group(2) or "").lower().removesuffix("b")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+@dataclass
+class IndexReport:
+    """What an index run saw and did (also written to ``_SUCCESS.json``)."""
+
+    documents: int = 0
+    tokens: int = 0
+    patients: int = 0
+    passes: int = 0
+    partitions: int = 0
+    sorted_input: bool = False
+    peak_index_bytes: int = 0
+    patient_ids: list[str] = field(default_factory=list, repr=False)
+
+
+def _string(col: pa.Array) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+            or pa.types.is_string_view(col.type)):
+        col = col.cast(pa.string())
+    return col
+
+
+def is_grouped(src: BatchSource, patient_col: str) -> bool:
+    """Whether each patient's rows are contiguous in ``src`` (reads only the patient column)."""
+    heads: list[pl.Series] = []
+    last = None
+    for batch in src.batches([patient_col]):
+        s = pl.from_arrow(_string(batch.column(0)))
+        if len(s) == 0:
+            continue
+        starts = s != s.shift(1)
+        starts[0] = last is None or s[0] != last
+        heads.append(s.filter(starts))
+        last = s[-1]
+    if not heads:
+        return True
+    runs = pl.concat(heads)
+    return runs.n_unique() == len(runs)
+
+
+def _sorted_copy(src: BatchSource, patient_col: str, text_col: str, tmp: Path) -> BatchSource:
+    """Sort ``src`` by patient (stable) into a temporary Parquet file, out of core."""
+    out = tmp / "sorted.parquet"
+    if src.name in ("table", "stream"):
+        table = pa.Table.from_batches(list(src.batches([patient_col, text_col])))
+        table = table.set_column(0, patient_col, _string(table.column(0)))
+        pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
+    else:
+        lf = pl.scan_parquet(parquet_files(Path(src.name))).select(
+            pl.col(patient_col).cast(pl.String), pl.col(text_col))
+        lf.sort(patient_col, maintain_order=True).sink_parquet(out)
+    return open_source(out)
+
+
+def _run_pass(
+    src: BatchSource, cols: list[str], builder: _core.IndexBuilder, budget: int | None,
+    report: IndexReport, label: str, show: bool,
+) -> bool:
+    """Feed every batch to ``builder``; False when it outgrew ``budget``."""
+    with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
+        for batch in src.batches(cols):
+            builder.add(_string(batch.column(0)), _string(batch.column(1)))
+            advance(batch.num_rows)
+            used = builder.memory_bytes()
+            report.peak_index_bytes = max(report.peak_index_bytes, used)
+            if budget is not None and used > budget:
+                return False
+    return True
+
+
+def index(
+    source: Any,
+    *,
+    k: int = 2,
+    ngram: int = 1,
+    normalize: str = "nfkc_lower",
+    patient_col: str = "patient_id",
+    text_col: str = "text",
+    memory_budget: int | str | None = None,
+    threads: int = 0,
+    batch_size: int = 16_384,
+    progress: bool = False,
+    report: IndexReport | None = None,
+) -> pa.Table:
+    """Build the patient x term index of a corpus.
+
+    Parameters
+    ----------
+    source
+        Documents: a Parquet dataset folder or file, a pyarrow ``Table``/``RecordBatch``/
+        ``RecordBatchReader``, a polars ``DataFrame``, or anything with ``__arrow_c_stream__``.
+    k
+        A term used by fewer than ``k`` distinct patients is an indirect identifier.
+    ngram
+        Count word n-grams for n = 1..ngram (at most 4).
+    normalize
+        Term normalisation: ``nfkc_lower`` (default), ``nfkc``, ``nfc_lower``, ``nfc``,
+        ``lower`` or ``none``.
+    patient_col, text_col
+        Column names of the patient id and the note text.
+    memory_budget
+        Bytes (or a size such as ``"2GB"``) the index may hold. Past it, the terms are split
+        into hash partitions counted in separate passes over the input (which must then be a
+        dataset or table, not a one-shot stream). ``None``: one pass.
+    threads
+        Worker threads (0: all cores). Results do not depend on it.
+    batch_size
+        Rows per record batch read from a dataset. Results do not depend on it.
+    progress
+        Show a progress bar.
+    report
+        Filled with totals (documents, tokens, patients, passes) when given.
+
+    Returns
+    -------
+    pyarrow.Table
+        The ``terms`` table sorted by (n, term): ``term``, ``n``, ``patients``, ``docs``,
+        ``count``, ``direct``, ``indirect`` (patients < k) and ``patient_ids`` (up to k ids
+        of patients using the term, so partial indexes merge exactly).
+    """
+    budget = parse_size(memory_budget)
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}")
+    report = report if report is not None else IndexReport()
+    src = open_source(source, batch_size=batch_size)
+    require_columns(src.schema, [patient_col, text_col], src.name)
+    cols = [patient_col, text_col]
+    with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
+        if src.reiterable and not is_grouped(src, patient_col):
+            src = _sorted_copy(src, patient_col, text_col, Path(tmp))
+            cols = [patient_col, text_col]
+            report.sorted_input = True
+        pending = [(1, 0)]
+        parts: list[pa.Table] = []
+        while pending:
+            modulus, residue = pending.pop(0)
+            builder = _core.IndexBuilder(ngram=ngram, k=k, normalize=normalize,
+                                         modulus=modulus, residue=residue, threads=threads)
+            label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
+            report.passes += 1
+            try:
+                fits = _run_pass(src, cols, builder, budget, report, label, progress)
+            except NotGroupedError:
+                raise NotGroupedError(
+                    "documents are not grouped by patient and a one-shot stream cannot be "
+                    "sorted: pass a table or a dataset path instead", column=patient_col,
+                ) from None
+            if not fits:
+                if not src.reiterable:
+                    raise MemoryBudgetExceeded(
+                        "the index outgrew the memory budget and a one-shot stream cannot be "
+                        "read again: pass a table or a dataset path instead")
+                if modulus * 2 > MAX_PARTITIONS:
+                    raise MemoryBudgetExceeded(
+                        f"the index does not fit in {budget} bytes even split into "
+                        f"{modulus} partitions (the word vocabulary alone may be larger)")
+                pending += [(modulus * 2, residue), (modulus * 2, residue + modulus)]
+                continue
+            parts.append(builder.finish())
+            totals = builder.totals()
+            report.documents, report.tokens = totals["documents"], totals["tokens"]
+            report.patients = totals["patients"]
+            report.patient_ids = builder.patient_ids()
+            report.partitions += 1
+    if len(parts) == 1:
+        return parts[0]
+    table = pa.concat_tables(parts)
+    return table.sort_by([("n", "ascending"), ("term", "ascending")])
+
+
+def merge_terms(tables: Sequence[pa.Table], *, k: int = 2,
+                patients_disjoint: bool = True) -> pa.Table:
+    """Merge partial ``terms`` tables (indexes of shards of a corpus) into one.
+
+    Parameters
+    ----------
+    tables
+        Partial indexes, each made with the same ``k``, ``ngram`` and normalisation.
+    k
+        The ``k`` of the indirect test.
+    patients_disjoint
+        True when the shards split the corpus by patient (no patient in two shards): patient
+        counts then add exactly. Otherwise a term's patients are the union of the up-to-``k``
+        patient ids kept per shard: exact below ``k`` (so ``indirect`` is exact), and a lower
+        bound at or above it.
+
+    Returns
+    -------
+    pyarrow.Table
+        The merged ``terms`` table, sorted by (n, term).
+    """
+    if not tables:
+        raise ConfigError("merge_terms needs at least one table")
+    df = pl.concat([pl.from_arrow(t) for t in tables], how="vertical")
+    ids = pl.col("patient_ids").explode().drop_nulls().unique(maintain_order=True)
+    if patients_disjoint:
+        patients = pl.col("patients").sum()
+    else:
+        union = ids.len()
+        patients = pl.when(union < k).then(union).otherwise(
+            pl.max_horizontal(pl.col("patients").max(), union))
+    merged = (
+        df.group_by(["term", "n"], maintain_order=True)
+        .agg(
+            patients=patients.cast(pl.UInt32),
+            docs=pl.col("docs").sum().cast(pl.UInt32),
+            count=pl.col("count").sum().cast(pl.UInt64),
+            direct=pl.col("direct").any(),
+            patient_ids=ids.head(k),
+        )
+        .with_columns(indirect=pl.col("patients") < k)
+        .select(["term", "n", "patients", "docs", "count", "direct", "indirect", "patient_ids"])
+        .sort(["n", "term"])
+    )
+    return merged.to_arrow()
+
+
+def marker(terms: pa.Table, normalize: str = "nfkc_lower") -> _core.Marker:
+    """A :class:`phisieve._core.Marker` that protects the indirect terms of ``terms``."""
+    indirect = terms.filter(pc.field("indirect"))
+    return _core.Marker(_string(indirect.column("term")), normalize=normalize)
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {}
+    qs = np.quantile(values, QUANTILES)
+    out = {f"q{int(q * 100):02d}": float(v) for q, v in zip(QUANTILES, qs)}
+    out["mean"] = float(values.mean())
+    return out
+
+
+def term_stats(
+    terms: pa.Table, *, k: int, patient_ids: Iterable[str], tokens: int | None = None,
+) -> dict[str, Any]:
+    """What the papers plot: shares of indirect terms and occurrences, identifiers per patient.
+
+    Parameters
+    ----------
+    terms
+        A ``terms`` table.
+    k
+        The k it was built with.
+    patient_ids
+        Every patient of the corpus (patients with no identifier count as zero).
+    tokens
+        Word occurrences of the corpus (defaults to the unigram counts' sum).
+    """
+    df = pl.from_arrow(terms)
+    all_patients = pl.DataFrame({"patient": list(patient_ids)}, schema={"patient": pl.String})
+    per_n: dict[str, Any] = {}
+    for (n,), part in df.group_by("n", maintain_order=True):
+        distinct = part.height
+        indirect = part.filter(pl.col("indirect"))
+        occ = int(part["count"].sum())
+        occ_ind = int(indirect["count"].sum()) if indirect.height else 0
+        owners = (
+            indirect.select(pl.col("patient_ids").alias("patient")).explode("patient")
+            .group_by("patient").len()
+        )
+        counts = all_patients.join(owners, on="patient", how="left").fill_null(0)["len"]
+        per_n[str(n)] = {
+            "distinct_terms": distinct,
+            "indirect_terms": indirect.height,
+            "share_distinct_indirect": indirect.height / distinct if distinct else 0.0,
+            "occurrences": occ,
+            "indirect_occurrences": occ_ind,
+            "share_occurrences_indirect": occ_ind / occ if occ else 0.0,
+            "identifiers_per_patient": _quantiles(counts.to_numpy().astype(float)),
+        }
+    unigrams = df.filter(pl.col("n") == 1)
+    return {
+        "k": k,
+        "patients": all_patients.height,
+        "tokens": int(tokens if tokens is not None else unigrams["count"].sum()),
+        "per_n": dict(sorted(per_n.items())),
+    }
+
+
+def protected_share(
+    source: Any, terms: pa.Table, *, normalize: str = "nfkc_lower", text_col: str = "text",
+    batch_size: int = 16_384, progress: bool = False,
+) -> dict[str, float | int]:
+    """Share of word occurrences each n-gram policy protects.
+
+    ``all`` protects every word of every indirect n-gram; ``minimal`` only the last word of
+    minimal indirect n-grams (no indirect sub-gram). With unigrams both equal the share of
+    indirect word occurrences.
+    """
+    m = marker(terms, normalize)
+    src = open_source(source, batch_size=batch_size)
+    require_columns(src.schema, [text_col], src.name)
+    words = prot_all = prot_min = 0
+    with progress_bar("protected share", total=src.num_rows, unit="docs",
+                      enabled=progress) as advance:
+        for batch in src.batches([text_col]):
+            c = m.counts(_string(batch.column(0)))
+            words += c["words"]
+            prot_all += c["all"]
+            prot_min += c["minimal"]
+            advance(batch.num_rows)
+    return {
+        "words": words,
+        "all": prot_all / words if words else 0.0,
+        "minimal": prot_min / words if words else 0.0,
+    }
+
+
+def write_index(
+    source: Any, out: str | Path, *, k: int = 2, ngram: int = 1, normalize: str = "nfkc_lower",
+    patient_col: str = "patient_id", text_col: str = "text", memory_budget: int | str | None = None,
+    threads: int = 0, batch_size: int = 16_384, policy_stats: bool = True, progress: bool = False,
+) -> dict[str, Any]:
+    """Index ``source`` and write ``out/``: the ``terms`` dataset, ``blacklist.txt`` (the
+    indirect terms, one per line) and ``stats.json``. Returns the statistics."""
+    report = IndexReport()
+    terms = index(source, k=k, ngram=ngram, normalize=normalize, patient_col=patient_col,
+                  text_col=text_col, memory_budget=memory_budget, threads=threads,
+                  batch_size=batch_size, progress=progress, report=report)
+    stats = term_stats(terms, k=k, patient_ids=report.patient_ids, tokens=report.tokens)
+    stats.update(
+        documents=report.documents, ngram=ngram, normalize=normalize,
+        passes=report.passes, partitions=report.partitions, sorted_input=report.sorted_input,
+        peak_index_bytes=report.peak_index_bytes,
+    )
+    if policy_stats:
+        stats["protected_share"] = protected_share(
+            source, terms, normalize=normalize, text_col=text_col, batch_size=batch_size,
+            progress=progress)
+    out = Path(out)
+    writer = DatasetWriter(out, terms.schema, rows_per_part=1_000_000)
+    writer.write(terms)
+    writer.close(k=k, ngram=ngram, normalize=normalize)
+    indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
+    (out / "blacklist.txt").write_text("".join(t + "\n" for t in indirect), encoding="utf-8")
+    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+
+
+def read_terms(path: str | Path) -> pa.Table:
+    """Read a ``terms`` dataset written by :func:`write_index`."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such terms folder", path=path)
+    return pa.concat_tables([pq.read_table(f) for f in parquet_files(path)])

@@ -1,0 +1,29 @@
+//! phisieve-core: the pure-Rust core of phisieve.
+//!
+//! * [`words`]: words as maximal runs of Unicode letters, marks and digits, with byte and
+//!   code-point offsets.
+//! * [`normalize`]: term normalisation (NFKC + lower-case by default).
+//! * [`vocab`]: an exact string interner.
+//! * [`index`]: the patient x term index (distinct patients, documents and occurrences per
+//!   word n-gram), multithreaded over record batches, exact for any thread count or batching.
+//! * [`marker`]: marks the words of a text that a blacklist of indirect n-grams protects.
+//! * [`text`]: read-only views over Arrow string columns.
+//!
+//! This crate has no Python dependency; `rust/py` wraps it.
+
+pub mod error;
+pub mod index;
+pub mod marker;
+pub mod normalize;
+pub mod text;
+pub mod vocab;
+pub mod words;
+
+pub use error::{CoreError, Result};
+pub use index::{IndexBuilder, IndexConfig, TermRow};
+pub use marker::{Marker, Policy};
+pub use normalize::Normalizer;
+pub use words::{word_spans, WordSpan};
+
+/// The largest supported n-gram length: keys pack up to four 32-bit word ids into a `u128`.
+pub const MAX_N: usize = 4;

@@ -1,0 +1,88 @@
+//! An exact string interner: each distinct string gets a dense `u32` id, in order of first
+//! insertion. Lookups hash once and compare strings, so ids never collide.
+
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+/// The hash the vocabulary uses for strings.
+#[inline]
+pub fn hash_str(s: &str) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(s)
+}
+
+/// Interned strings stored back to back in one arena.
+#[derive(Default, Debug)]
+pub struct Vocab {
+    table: HashTable<u32>,
+    ends: Vec<usize>,
+    hashes: Vec<u64>,
+    arena: String,
+}
+
+impl Vocab {
+    /// Number of distinct strings.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether nothing is interned.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The string with id `id`.
+    #[inline]
+    pub fn get(&self, id: u32) -> &str {
+        let id = id as usize;
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.arena[start..self.ends[id]]
+    }
+
+    /// The id of `s` (whose hash is `hash`), if interned.
+    #[inline]
+    pub fn find(&self, hash: u64, s: &str) -> Option<u32> {
+        self.table.find(hash, |&id| self.get(id) == s).copied()
+    }
+
+    /// The id of `s`, interning it if new.
+    pub fn intern(&mut self, hash: u64, s: &str) -> u32 {
+        if let Some(id) = self.find(hash, s) {
+            return id;
+        }
+        let id = u32::try_from(self.ends.len()).expect("more than 2^32 distinct words");
+        self.arena.push_str(s);
+        self.ends.push(self.arena.len());
+        self.hashes.push(hash);
+        let hashes = &self.hashes;
+        self.table.insert_unique(hash, id, |&i| hashes[i as usize]);
+        id
+    }
+
+    /// Approximate heap bytes held.
+    pub fn memory_bytes(&self) -> usize {
+        self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+            + self.hashes.capacity() * std::mem::size_of::<u64>()
+            + self.arena.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interns_exactly() {
+        let mut v = Vocab::default();
+        let a = v.intern(hash_str("alpha"), "alpha");
+        let b = v.intern(hash_str("beta"), "beta");
+        assert_eq!((a, b), (0, 1));
+        assert_eq!(v.intern(hash_str("alpha"), "alpha"), 0);
+        // A forced hash collision still keeps the strings apart.
+        let c = v.intern(hash_str("alpha"), "gamma");
+        assert_eq!(c, 2);
+        assert_eq!(v.find(hash_str("alpha"), "gamma"), Some(2));
+        assert_eq!(v.get(1), "beta");
+        assert_eq!(v.len(), 3);
+    }
+}

@@ -1,0 +1,276 @@
+//! `phisieve._core`: thin PyO3 bindings over `phisieve-core`.
+//!
+//! Arrow data arrives zero-copy through the Arrow PyCapsule interface (pyo3-arrow), so any
+//! pyarrow, polars or arro3 array works. Every heavy call goes through [`run`], which releases
+//! the GIL and maps core errors onto the exception classes of `phisieve.errors`.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{BooleanBuilder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use phisieve_core::index::terms_schema;
+use phisieve_core::marker::Policy;
+use phisieve_core::text::StrCol;
+use phisieve_core::{CoreError, IndexBuilder, IndexConfig, Marker, Normalizer};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::{PyArray, PyRecordBatch, PyTable};
+
+/// Raise the `phisieve.errors` exception that matches a core error.
+fn to_py_err(py: Python<'_>, err: CoreError) -> PyErr {
+    let make = || -> PyResult<PyErr> {
+        let errors = py.import("phisieve.errors")?;
+        let kwargs = PyDict::new(py);
+        let class = match &err {
+            CoreError::InvalidArgument(_) => "ConfigError",
+            CoreError::NotGrouped { row, .. } => {
+                kwargs.set_item("row", row)?;
+                "NotGroupedError"
+            }
+            CoreError::Null { what, row } => {
+                kwargs.set_item("row", row)?;
+                kwargs.set_item("column", what)?;
+                "InputError"
+            }
+            CoreError::Type { what, .. } => {
+                kwargs.set_item("column", what)?;
+                "InputError"
+            }
+            CoreError::Finished => "PhisieveError",
+        };
+        let message = match &err {
+            // Where is carried by the keyword arguments; keep the message short.
+            CoreError::Null { what, .. } => format!("{what} is null"),
+            other => other.to_string(),
+        };
+        let exc = if class == "PhisieveError" {
+            errors.getattr(class)?.call1((message,))?
+        } else {
+            errors.getattr(class)?.call((message,), Some(&kwargs))?
+        };
+        Ok(PyErr::from_value(exc))
+    };
+    make().unwrap_or_else(|e| e)
+}
+
+/// Release the GIL for `work` and map its error.
+fn run<T: Send>(
+    py: Python<'_>,
+    work: impl FnOnce() -> phisieve_core::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(work).map_err(|e| to_py_err(py, e))
+}
+
+fn normalizer(py: Python<'_>, name: &str) -> PyResult<Normalizer> {
+    Normalizer::parse(name).map_err(|e| to_py_err(py, e))
+}
+
+/// Builds the patient x term index from batches of documents grouped by patient.
+#[pyclass(module = "phisieve._core", name = "IndexBuilder")]
+struct PyIndexBuilder {
+    inner: IndexBuilder,
+}
+
+#[pymethods]
+impl PyIndexBuilder {
+    #[new]
+    #[pyo3(signature = (ngram=1, k=2, normalize="nfkc_lower", modulus=1, residue=0, threads=0))]
+    fn new(
+        py: Python<'_>,
+        ngram: usize,
+        k: u32,
+        normalize: &str,
+        modulus: u32,
+        residue: u32,
+        threads: usize,
+    ) -> PyResult<Self> {
+        let cfg = IndexConfig {
+            max_n: ngram,
+            k,
+            normalizer: normalizer(py, normalize)?,
+            modulus,
+            residue,
+            threads,
+        };
+        let inner = IndexBuilder::new(cfg).map_err(|e| to_py_err(py, e))?;
+        Ok(Self { inner })
+    }
+
+    /// Add one batch: `patient_ids[i]` wrote `texts[i]`.
+    fn add(&mut self, py: Python<'_>, patient_ids: PyArray, texts: PyArray) -> PyResult<()> {
+        let (pids, _) = patient_ids.into_inner();
+        let (texts, _) = texts.into_inner();
+        let inner = &mut self.inner;
+        run(py, move || inner.add(&pids, &texts))
+    }
+
+    /// Approximate bytes of memory the index holds.
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    /// Documents, tokens and patients seen so far.
+    fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = self.inner.totals();
+        let d = PyDict::new(py);
+        d.set_item("documents", t.documents)?;
+        d.set_item("tokens", t.tokens)?;
+        d.set_item("patients", t.patients)?;
+        Ok(d)
+    }
+
+    /// Every patient id seen, in order of first appearance.
+    fn patient_ids(&self) -> Vec<String> {
+        self.inner.patient_ids()
+    }
+
+    /// Finish the index and return the terms table (a pyarrow Table sorted by n, term).
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &mut self.inner;
+        let batches = run(py, move || inner.finish())?;
+        PyTable::try_new(batches, terms_schema())?.into_pyarrow(py)
+    }
+}
+
+/// A blacklist of indirect n-grams that marks the protected words of texts.
+#[pyclass(module = "phisieve._core", name = "Marker")]
+struct PyMarker {
+    inner: Marker,
+}
+
+fn texts_col<'a>(py: Python<'_>, texts: &'a ArrayRef) -> PyResult<StrCol<'a>> {
+    StrCol::new(texts, "text").map_err(|e| to_py_err(py, e))
+}
+
+#[pymethods]
+impl PyMarker {
+    #[new]
+    #[pyo3(signature = (terms, normalize="nfkc_lower"))]
+    fn new(py: Python<'_>, terms: PyArray, normalize: &str) -> PyResult<Self> {
+        let mut inner = Marker::new(normalizer(py, normalize)?);
+        let (terms, _) = terms.into_inner();
+        let col = StrCol::new(&terms, "term").map_err(|e| to_py_err(py, e))?;
+        run(py, || {
+            for i in 0..col.len() {
+                if let Some(t) = col.get(i) {
+                    inner.insert(t)?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(Self { inner })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Per text, one flag per word: whether `policy` ("all" or "minimal") protects it.
+    #[pyo3(signature = (texts, policy="all"))]
+    fn mark<'py>(
+        &self,
+        py: Python<'py>,
+        texts: PyArray,
+        policy: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let policy = Policy::parse(policy).map_err(|e| to_py_err(py, e))?;
+        let (texts, _) = texts.into_inner();
+        let col = texts_col(py, &texts)?;
+        let inner = &self.inner;
+        let out = run(py, move || {
+            let mut b = ListBuilder::new(BooleanBuilder::new());
+            for i in 0..col.len() {
+                match col.get(i) {
+                    Some(t) => {
+                        b.values().append_slice(&inner.mark(t, policy));
+                        b.append(true);
+                    }
+                    None => b.append(false),
+                }
+            }
+            Ok(Arc::new(b.finish()) as ArrayRef)
+        })?;
+        // pyarrow.array() takes the Arrow array through the PyCapsule interface.
+        let array = PyArray::from_array_ref(out).into_pyobject(py)?;
+        py.import("pyarrow")?.getattr("array")?.call1((array,))
+    }
+
+    /// Words in `texts` and how many the `all` and `minimal` policies protect.
+    fn counts<'py>(&self, py: Python<'py>, texts: PyArray) -> PyResult<Bound<'py, PyDict>> {
+        let (texts, _) = texts.into_inner();
+        let col = texts_col(py, &texts)?;
+        let inner = &self.inner;
+        let (words, all, minimal) = run(py, move || {
+            use rayon::prelude::*;
+            Ok((0..col.len())
+                .into_par_iter()
+                .map(|i| {
+                    let c = inner.counts(col.get(i).unwrap_or(""));
+                    (c.words, c.all, c.minimal)
+                })
+                .reduce(|| (0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2)))
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("words", words)?;
+        d.set_item("all", all)?;
+        d.set_item("minimal", minimal)?;
+        Ok(d)
+    }
+}
+
+/// Words of each text: code-point `starts`/`ends` and normalised `words` (list columns).
+#[pyfunction]
+#[pyo3(signature = (texts, normalize="nfkc_lower"))]
+fn tokenize<'py>(py: Python<'py>, texts: PyArray, normalize: &str) -> PyResult<Bound<'py, PyAny>> {
+    let norm = normalizer(py, normalize)?;
+    let (texts, _) = texts.into_inner();
+    let col = texts_col(py, &texts)?;
+    let batch = run(py, move || {
+        let mut starts = ListBuilder::new(Int32Builder::new());
+        let mut ends = ListBuilder::new(Int32Builder::new());
+        let mut words = ListBuilder::new(StringBuilder::new());
+        let mut buf = String::new();
+        for i in 0..col.len() {
+            let text = col.get(i).unwrap_or("");
+            for w in phisieve_core::word_spans(text) {
+                starts.values().append_value(w.char_start as i32);
+                ends.values().append_value(w.char_end as i32);
+                buf.clear();
+                norm.normalize_into(&text[w.byte_start..w.byte_end], &mut buf);
+                words.values().append_value(&buf);
+            }
+            starts.append(true);
+            ends.append(true);
+            words.append(true);
+        }
+        let item = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
+        let schema = Schema::new(vec![
+            Field::new("starts", item(DataType::Int32), false),
+            Field::new("ends", item(DataType::Int32), false),
+            Field::new("words", item(DataType::Utf8), false),
+        ]);
+        let columns: Vec<ArrayRef> =
+            vec![Arc::new(starts.finish()), Arc::new(ends.finish()), Arc::new(words.finish())];
+        RecordBatch::try_new(Arc::new(schema), columns)
+            .map_err(|e| CoreError::InvalidArgument(e.to_string()))
+    })?;
+    PyRecordBatch::new(batch).into_pyarrow(py)
+}
+
+/// Normalise one word as the index does (for tests and debugging).
+#[pyfunction]
+#[pyo3(signature = (word, normalize="nfkc_lower"))]
+fn normalize_word(py: Python<'_>, word: &str, normalize: &str) -> PyResult<String> {
+    Ok(normalizer(py, normalize)?.normalize(word))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<PyIndexBuilder>()?;
+    m.add_class::<PyMarker>()?;
+    m.add_function(wrap_pyfunction!(tokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_word, m)?)?;
+    Ok(())
+}

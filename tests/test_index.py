@@ -1,0 +1,274 @@
+"""The patient x term index: exact against the plain-Python reference, whatever the batching,
+threads, memory budget, input order or sharding; statistics; errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import phisieve
+from phisieve import term_index
+from phisieve.cli import main
+from phisieve.dataset import parquet_files
+
+from . import reference
+
+# Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
+ANY_CHAR = st.characters(exclude_categories=("Cs", "Cn", "Co"))
+WORDY = st.sampled_from(
+    ["Dupont", "dupont", "DUPONT", "Zoë", "zoe\u0308", "ﬁbrosis", "ΟΔΟΣ", "οδος", "北京",
+     "7/22", "chest pain", "s/p", "Müller", "½", "\u037a", "Ⅻ", "nsr", "NSR.", "  ", "\n"]
+)
+TEXT = st.lists(st.one_of(WORDY, st.text(ANY_CHAR, max_size=6)), max_size=12).map(" ".join)
+
+
+def as_dict(table: pa.Table) -> dict:
+    rows = table.to_pylist()
+    out = {(r["n"], r["term"]): (r["patients"], r["docs"], r["count"], r["indirect"])
+           for r in rows}
+    assert len(out) == len(rows), "duplicate (n, term) rows"
+    return out
+
+
+def docs_table(docs: list[tuple[str, str]]) -> pa.Table:
+    return pa.table({
+        "doc_id": [str(i) for i in range(len(docs))],
+        "patient_id": [p for p, _ in docs],
+        "text": pa.array([t for _, t in docs], pa.large_string()),
+    })
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(TEXT, max_size=5), st.sampled_from(["nfkc_lower", "nfc", "lower", "none"]))
+def test_tokenize_matches_reference(texts: list[str], mode: str) -> None:
+    batch = phisieve.tokenize(texts, normalize=mode)
+    for i, text in enumerate(texts):
+        spans = reference.word_spans(text)
+        assert batch.column("starts")[i].as_py() == [s for s, _ in spans]
+        assert batch.column("ends")[i].as_py() == [e for _, e in spans]
+        assert batch.column("words")[i].as_py() == reference.words(text, mode)
+
+
+def test_code_point_offsets_on_non_ascii() -> None:
+    text = "Pt Zoë Müller (北京) DOB 7/22—cafe\u0301 🙂 end"
+    batch = phisieve.tokenize([text])
+    starts, ends = batch.column("starts")[0].as_py(), batch.column("ends")[0].as_py()
+    assert [text[s:e] for s, e in zip(starts, ends)] == [
+        "Pt", "Zoë", "Müller", "北京", "DOB", "7", "22", "cafe\u0301", "end"]
+    assert batch.column("words")[0].as_py()[:3] == ["pt", "zoë", "müller"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    docs=st.lists(st.tuples(st.sampled_from("abcd"), TEXT), max_size=12),
+    ngram=st.integers(1, 3),
+    k=st.integers(1, 3),
+    batch_size=st.integers(1, 5),
+    threads=st.sampled_from([1, 2]),
+)
+def test_index_matches_reference(docs, ngram, k, batch_size, threads) -> None:
+    got = phisieve.index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size,
+                         threads=threads)
+    assert as_dict(got) == reference.index(docs, ngram=ngram, k=k)
+    # patient_ids: up to k distinct ids of patients using the term.
+    ids = {(r["n"], r["term"]): r["patient_ids"] for r in got.to_pylist()}
+    for (n, term), (patients, *_rest) in reference.index(docs, ngram=ngram, k=k).items():
+        assert len(ids[(n, term)]) == min(patients, k)
+        assert len(set(ids[(n, term)])) == len(ids[(n, term)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=st.lists(st.tuples(st.sampled_from("abc"), TEXT), min_size=1, max_size=10),
+       policy=st.sampled_from(["all", "minimal"]), ngram=st.integers(1, 3))
+def test_marker_matches_reference(docs, policy, ngram) -> None:
+    terms = phisieve.index(docs_table(docs), ngram=ngram)
+    blacklist = {(r["n"], r["term"]) for r in terms.to_pylist() if r["indirect"]}
+    marks = term_index.marker(terms).mark(pa.array([t for _, t in docs]), policy=policy)
+    for i, (_, text) in enumerate(docs):
+        assert marks[i].as_py() == reference.protected(text, blacklist, ngram, policy)
+
+
+def physionet_rows(docs_dir: Path) -> list[tuple[str, str]]:
+    table = pa.concat_tables(pq.read_table(f) for f in parquet_files(docs_dir))
+    return list(zip(table.column("patient_id").to_pylist(), table.column("text").to_pylist()))
+
+
+@pytest.mark.parametrize("ngram", [1, 2])
+def test_physionet_index_is_exact(physionet_docs: Path, ngram: int) -> None:
+    got = phisieve.index(physionet_docs, k=2, ngram=ngram)
+    want = reference.index(physionet_rows(physionet_docs), ngram=ngram, k=2)
+    assert as_dict(got) == want
+    unigrams = got.filter(pc.equal(got.column("n"), 1))
+    # README of the corpus: about half the distinct words are used by a single patient.
+    share = pc.sum(unigrams.column("indirect")).as_py() / unigrams.num_rows
+    assert 0.45 < share < 0.53
+
+
+def test_results_do_not_depend_on_threads_batches_or_budget(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    phisieve.synth(docs, patients=60, seed=3)
+    base = phisieve.index(docs, ngram=3)
+    for kwargs in ({"threads": 1, "batch_size": 7}, {"threads": 2, "batch_size": 1000},
+                   {"threads": 3, "batch_size": 64}):
+        assert phisieve.index(docs, ngram=3, **kwargs).equals(base)
+    report = term_index.IndexReport()
+    small = phisieve.index(docs, ngram=3, memory_budget=base.nbytes // 8, report=report)
+    assert report.partitions > 1 and report.passes >= report.partitions
+    assert small.equals(base)
+
+
+def test_budget_too_small_for_the_vocabulary(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    phisieve.synth(docs, patients=5, seed=1)
+    with pytest.raises(phisieve.MemoryBudgetExceeded):
+        phisieve.index(docs, memory_budget=1000)
+    with pytest.raises(phisieve.MemoryBudgetExceeded, match="one-shot stream"):
+        phisieve.index(pa.RecordBatchReader.from_batches(
+            *_reader_parts(phisieve.synth_batches(5, seed=1))), memory_budget=1000)
+
+
+def _reader_parts(batches):
+    batches = list(batches)
+    return batches[0].schema, batches
+
+
+def test_ungrouped_input_is_sorted_or_refused(tmp_path: Path) -> None:
+    docs = [("a", "Dupont visit"), ("b", "chest pain"), ("a", "chest Dupont"), ("c", "pain")]
+    report = term_index.IndexReport()
+    got = phisieve.index(docs_table(docs), report=report)
+    assert report.sorted_input
+    assert as_dict(got) == reference.index(docs)
+    path = tmp_path / "ungrouped.parquet"
+    pq.write_table(docs_table(docs), path)
+    assert as_dict(phisieve.index(path, ngram=2)) == reference.index(docs, ngram=2)
+    stream = pa.RecordBatchReader.from_batches(docs_table(docs).schema,
+                                               docs_table(docs).to_batches(max_chunksize=1))
+    with pytest.raises(phisieve.NotGroupedError, match="not grouped"):
+        phisieve.index(stream)
+
+
+def test_polars_and_stream_inputs() -> None:
+    import polars as pl
+
+    docs = [("p1", "alpha beta"), ("p1", "beta"), ("p2", "beta gamma")]
+    want = reference.index(docs, ngram=2)
+    table = docs_table(docs)
+    assert as_dict(phisieve.index(pl.from_arrow(table), ngram=2)) == want
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))
+    assert as_dict(phisieve.index(reader, ngram=2)) == want
+
+
+def test_shards_merge_exactly(tmp_path: Path) -> None:
+    docs = [(p, t) for p, t in [
+        ("a", "rare1 common shared2"), ("a", "common"), ("b", "common shared2 rare2"),
+        ("c", "common shared3"), ("c", "shared3 rare3"), ("d", "common shared3"),
+    ]]
+    whole = phisieve.index(docs_table(docs), ngram=2)
+    by_patient = [docs_table(docs[:2]), docs_table(docs[2:3]), docs_table(docs[3:])]
+    merged = phisieve.merge_terms([phisieve.index(t, ngram=2) for t in by_patient])
+    assert as_dict(merged) == as_dict(whole)
+    # Shards that split patient c: indirect flags stay exact, counts below k exact.
+    split = [docs_table(docs[:4]), docs_table(docs[4:])]
+    merged = phisieve.merge_terms([phisieve.index(t, ngram=2) for t in split],
+                                  patients_disjoint=False)
+    want = reference.index(docs, ngram=2)
+    got = as_dict(merged)
+    assert got.keys() == want.keys()
+    for key, (patients, ndocs, count, indirect) in want.items():
+        assert got[key][1:] == (ndocs, count, indirect), key
+        assert got[key][0] == patients if patients < 2 else got[key][0] >= 2
+
+
+def test_stats_and_protected_share() -> None:
+    docs = [("a", "rare1 common"), ("a", "rare1 x"), ("b", "common y"), ("c", "common")]
+    terms = phisieve.index(docs_table(docs))
+    stats = phisieve.term_stats(terms, k=2, patient_ids=["a", "b", "c"])
+    s = stats["per_n"]["1"]
+    # Terms: rare1 (a), common (a,b,c), x (a), y (b): 3 of 4 indirect, 4 of 7 occurrences.
+    assert (s["distinct_terms"], s["indirect_terms"]) == (4, 3)
+    assert s["share_distinct_indirect"] == pytest.approx(0.75)
+    assert (s["occurrences"], s["indirect_occurrences"]) == (7, 4)
+    q = s["identifiers_per_patient"]
+    assert (q["q00"], q["q50"], q["q100"]) == (0.0, 1.0, 2.0)
+    assert q["mean"] == pytest.approx(1.0)
+    share = phisieve.protected_share(docs_table(docs), terms)
+    assert share == {"words": 7, "all": pytest.approx(4 / 7), "minimal": pytest.approx(4 / 7)}
+
+
+def test_empty_and_enormous_notes() -> None:
+    big = "pain " * 600_000 + "Zoë"  # 3M characters
+    docs = [("a", ""), ("a", big), ("b", "pain"), ("c", "")]
+    got = as_dict(phisieve.index(docs_table(docs), ngram=2))
+    assert got[(1, "pain")] == (2, 2, 600_001, False)
+    assert got[(2, "pain zoë")] == (1, 1, 1, True)
+    assert as_dict(phisieve.index(docs_table([]))) == {}
+
+
+def test_bad_input_errors_say_where_without_text() -> None:
+    secret = "Zebediah Quux"
+    with pytest.raises(phisieve.InputError, match="'patient_id'") as e:
+        phisieve.index(pa.table({"text": [secret]}))
+    assert secret not in str(e.value)
+    table = pa.table({"patient_id": ["a", None], "text": [secret, secret]})
+    with pytest.raises(phisieve.InputError, match="row 1") as e:
+        phisieve.index(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()))
+    assert secret not in str(e.value)
+    with pytest.raises(phisieve.ConfigError, match="ngram"):
+        phisieve.index(docs_table([("a", secret)]), ngram=5)
+    with pytest.raises(phisieve.ConfigError, match="k must"):
+        phisieve.index(docs_table([("a", secret)]), k=0)
+    with pytest.raises(phisieve.ConfigError, match="normalisation"):
+        phisieve.index(docs_table([("a", secret)]), normalize="upper")
+    with pytest.raises(phisieve.ConfigError, match="memory size"):
+        phisieve.index(docs_table([("a", secret)]), memory_budget="lots")
+    with pytest.raises(phisieve.InputError, match="no such file"):
+        phisieve.index("/nonexistent/docs")
+
+
+def test_numeric_and_dictionary_patient_ids() -> None:
+    table = pa.table({"patient_id": pa.array([7, 7, 9]), "text": ["x y", "y", "y z"]})
+    got = as_dict(phisieve.index(table))
+    assert got[(1, "y")] == (2, 3, 3, False)
+    table = table.set_column(0, "patient_id", pa.array(["7", "7", "9"]).dictionary_encode())
+    assert as_dict(phisieve.index(table)) == got
+
+
+def test_parse_size() -> None:
+    assert term_index.parse_size("2GB") == 2_000_000_000
+    assert term_index.parse_size("512MiB") == 512 * 2**20
+    assert term_index.parse_size("1.5k") == 1500
+    assert term_index.parse_size(123) == 123
+    assert term_index.parse_size(None) is None
+
+
+def test_cli_index_writes_terms_blacklist_and_stats(tmp_path: Path, physionet_docs: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "terms"
+    main(["index", str(physionet_docs), "--k", "2", "--ngram", "2", "--out", str(out), "-q"])
+    printed = capsys.readouterr().out
+    assert "1,450 documents" in printed and "82 patients" in printed
+    terms = phisieve.read_terms(out)
+    assert terms.equals(phisieve.index(physionet_docs, ngram=2))
+    blacklist = (out / "blacklist.txt").read_text(encoding="utf-8").splitlines()
+    assert blacklist == terms.filter(pc.field("indirect")).column("term").to_pylist()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["patients"] == 82 and stats["documents"] == 1450
+    assert 0.0 < stats["protected_share"]["minimal"] < stats["protected_share"]["all"] < 1.0
+    assert set(stats["per_n"]) == {"1", "2"}
+
+
+def test_cli_errors_exit_2_without_traceback(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"pid": ["a"], "text": ["Secretname"]}), path)
+    with pytest.raises(SystemExit) as e:
+        main(["index", str(path), "--out", str(tmp_path / "t"), "-q"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "patient_id" in err and "Secretname" not in err and "Traceback" not in err
