@@ -1,4 +1,4 @@
-"""Tests of the synthetic MIMIC-III-style corpus (phisieve.synth)."""
+"""Tests of the synthetic MIMIC-III-style corpus (phisieve.synthetic)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from phisieve.errors import InputError
 from phisieve.schema import DOCUMENTS
-from phisieve.synth import MIMIC_COLUMNS, SYNTH, _unique_word, synth, synth_batches
+from phisieve.synthetic import MIMIC_COLUMNS, SYNTH, _unique_word, synth, synth_batches
 
 PLACEHOLDER = re.compile(r"\[\*\*[^\[\]]*?\*\*\]")
 WORD = re.compile(r"[^\W_]+")

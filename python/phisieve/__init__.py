@@ -22,7 +22,7 @@ from .errors import (
 )
 from .term_index import index, merge_terms, protected_share, read_terms, term_stats, write_index
 from .readers import ingest, read_documents
-from .synth import synth, synth_batches
+from .synthetic import synth, synth_batches
 from .tokenize import normalize_word, tokenize
 
 __all__ = [

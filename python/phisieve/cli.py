@@ -40,7 +40,7 @@ def synth(
     quiet: Quiet = False,
 ) -> None:
     """Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."""
-    from .synth import synth as run
+    from .synthetic import synth as run
 
     manifest = run(out, patients=patients, seed=seed, fmt=fmt, progress=not quiet)
     out_console.print(
@@ -143,7 +143,7 @@ def demo(
 ) -> None:
     """Synthetic corpus -> patient x term index -> summary, end to end."""
     from .term_index import write_index
-    from .synth import synth as run_synth
+    from .synthetic import synth as run_synth
 
     out_console.rule("[bold]1. synthetic corpus")
     manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True)

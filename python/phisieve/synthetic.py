@@ -860,9 +860,8 @@ def _patient_notes(seed: int, i: int, npp: tuple[int, int], wpn: tuple[int, int]
     rng = np.random.default_rng([seed, i])
     f = rng.random(128).tolist()  # patient-level draws; f[48:80] make the placeholder ids
     n = npp[0] + min(int((npp[1] - npp[0] + 1) * f[0]), npp[1] - npp[0])
-    g = rng.random(88 * n + 64).tolist()
+    g = rng.random(24 * n).tolist()
     U = [g[24 * j : 24 * j + 24] for j in range(n)]  # note-level draws
-    v = g[24 * n :]  # pool-line draws, used cyclically
     ids = [1 + int(9999 * x) for x in f[48:80]]
     rare_u = f[80:120]
     lo, hi = wpn
@@ -871,6 +870,7 @@ def _patient_notes(seed: int, i: int, npp: tuple[int, int], wpn: tuple[int, int]
         lo + min(int((hi - lo + 1) * b.cat.span * u[2] ** b.cat.skew), hi - lo)
         for u, b in zip(U, cats, strict=True)
     ]
+    v = rng.random(sum(targets) // 8 + 64).tolist()  # pool-entry draws, used cyclically
 
     # Demographics, admissions and dates (MIMIC's shifted years).
     age = 18 + int(80 * f[1])
