@@ -25,13 +25,11 @@ use crate::vocab::{hash_str, Vocab};
 use crate::words::for_each_word;
 use crate::MAX_N;
 use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{
-    ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
-};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array, UInt8Array};
 use arrow_schema::{DataType, Field, Schema};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// An n-gram key: word ids + 1 in 32-bit slots, slot 0 holding the first word.
 pub type Key = u128;
@@ -115,8 +113,9 @@ pub fn key_len(key: Key) -> usize {
     n
 }
 
-/// Per-term totals.
-#[derive(Debug, Default, Clone, Copy)]
+/// Per-term totals. `owners` holds the smallest patient indices (first-seen order) that use
+/// the term when `k <= 2`; larger `k` keeps them in the shard's `extra_owners`.
+#[derive(Debug, Clone, Copy)]
 struct Acc {
     count: u64,
     docs: u32,
@@ -124,32 +123,72 @@ struct Acc {
     owners: [u32; 2],
 }
 
+impl Default for Acc {
+    fn default() -> Self {
+        Self { count: 0, docs: 0, patients: 0, owners: [u32::MAX; 2] }
+    }
+}
+
 /// Per-term totals within one patient.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct LocalAcc {
     count: u64,
     docs: u32,
     last_doc: u32,
 }
 
-/// The terms of one patient's contiguous documents.
-struct Run {
-    patient: u32,
-    local: FxHashMap<Key, LocalAcc>,
+type LocalMap = FxHashMap<Key, LocalAcc>;
+
+/// One of the hash shards of the global term map.
+#[derive(Default)]
+struct Shard {
+    map: FxHashMap<Key, Acc>,
+    extra_owners: FxHashMap<Key, Vec<u32>>,
 }
 
-impl Run {
-    fn absorb(&mut self, other: Run) {
-        for (key, o) in other.local {
-            self.local
-                .entry(key)
-                .and_modify(|a| {
-                    a.count += o.count;
-                    a.docs += o.docs;
-                })
-                .or_insert(o);
+impl Shard {
+    /// Add one patient's totals of one term. Commutative: the result does not depend on the
+    /// order in which patients arrive.
+    #[inline]
+    fn add(&mut self, key: Key, l: &LocalAcc, patient: u32, cap: u32) {
+        let acc = self.map.entry(key).or_default();
+        acc.count += l.count;
+        acc.docs += l.docs;
+        acc.patients += 1;
+        if cap <= 2 {
+            let o = &mut acc.owners;
+            if patient < o[0] {
+                o[1] = o[0];
+                o[0] = patient;
+            } else if patient < o[1] {
+                o[1] = patient;
+            }
+        } else {
+            let v = self.extra_owners.entry(key).or_default();
+            let pos = v.partition_point(|&x| x < patient);
+            if pos < cap as usize {
+                v.insert(pos, patient);
+                v.truncate(cap as usize);
+            }
         }
     }
+}
+
+/// The patient whose documents may continue in the next batch.
+struct Open {
+    patient: u32,
+    local: LocalMap,
+}
+
+/// Reusable per-thread buffers for counting one patient.
+#[derive(Default)]
+struct Scratch {
+    local: LocalMap,
+    sorted: Vec<(Key, LocalAcc)>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// One output row of the index.
@@ -161,7 +200,7 @@ pub struct TermRow {
     pub docs: u32,
     pub count: u64,
     pub indirect: bool,
-    /// Up to `k` patient ids that use the term, in order of first use.
+    /// Up to `k` ids of patients using the term: the first ones in input order.
     pub patient_ids: Vec<String>,
 }
 
@@ -179,9 +218,8 @@ pub struct IndexBuilder {
     vocab: Vocab,
     patients: Vocab,
     finished_patients: Vec<bool>,
-    shards: Vec<FxHashMap<Key, Acc>>,
-    extra_owners: Vec<FxHashMap<Key, Vec<u32>>>,
-    carry: Option<Run>,
+    shards: Vec<Mutex<Shard>>,
+    open: Option<Open>,
     pool: Option<Arc<rayon::ThreadPool>>,
     batches: u64,
     documents: u64,
@@ -208,9 +246,8 @@ impl IndexBuilder {
             vocab: Vocab::default(),
             patients: Vocab::default(),
             finished_patients: Vec::new(),
-            shards: (0..SHARDS).map(|_| FxHashMap::default()).collect(),
-            extra_owners: (0..SHARDS).map(|_| FxHashMap::default()).collect(),
-            carry: None,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            open: None,
             pool,
             batches: 0,
             documents: 0,
@@ -235,15 +272,25 @@ impl IndexBuilder {
     pub fn memory_bytes(&self) -> usize {
         let entry = std::mem::size_of::<(Key, Acc)>() + 1;
         let local = std::mem::size_of::<(Key, LocalAcc)>() + 1;
+        let shards: usize = self
+            .shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().expect("shard lock");
+                s.map.capacity() * entry
+                    + s.extra_owners.capacity() * (std::mem::size_of::<(Key, Vec<u32>)>() + 1)
+                    + s.extra_owners.len() * self.cfg.k as usize * 4
+            })
+            .sum();
         self.vocab.memory_bytes()
             + self.patients.memory_bytes()
-            + self.shards.iter().map(|m| m.capacity() * entry).sum::<usize>()
-            + self.carry.as_ref().map_or(0, |r| r.local.capacity() * local)
+            + shards
+            + self.open.as_ref().map_or(0, |r| r.local.capacity() * local)
     }
 
     /// Distinct terms counted so far (excluding the open patient's new terms).
     pub fn num_terms(&self) -> usize {
-        self.shards.iter().map(|m| m.len()).sum()
+        self.shards.iter().map(|s| s.lock().expect("shard lock").map.len()).sum()
     }
 
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
@@ -268,7 +315,7 @@ impl IndexBuilder {
         }
         // Runs of consecutive rows of one patient, checking that patients are grouped.
         let mut runs: Vec<(u32, usize, usize)> = Vec::new();
-        let mut current = self.carry.as_ref().map(|r| r.patient);
+        let mut current = self.open.as_ref().map(|r| r.patient);
         for row in 0..rows {
             let pid = pids.get(row).ok_or(CoreError::Null { what: "patient_id", row })?;
             if texts.get(row).is_none() {
@@ -278,21 +325,21 @@ impl IndexBuilder {
             if p as usize == self.finished_patients.len() {
                 self.finished_patients.push(false);
             }
-            if Some(p) != current {
-                if let Some(c) = current {
-                    self.finished_patients[c as usize] = true;
+            match runs.last_mut() {
+                Some(last) if last.0 == p => last.2 = row + 1,
+                _ => {
+                    if Some(p) != current {
+                        if let Some(c) = current {
+                            self.finished_patients[c as usize] = true;
+                        }
+                        if self.finished_patients[p as usize] {
+                            self.done = true;
+                            return Err(CoreError::NotGrouped { batch: batch_no, row });
+                        }
+                        current = Some(p);
+                    }
+                    runs.push((p, row, row + 1));
                 }
-                if self.finished_patients[p as usize] {
-                    self.done = true;
-                    return Err(CoreError::NotGrouped { batch: batch_no, row });
-                }
-                current = Some(p);
-                runs.push((p, row, row + 1));
-            } else if let Some(last) = runs.last_mut() {
-                last.2 = row + 1;
-            } else {
-                // Continues the patient carried over from the previous batch.
-                runs.push((p, row, row + 1));
             }
         }
 
@@ -304,7 +351,7 @@ impl IndexBuilder {
                 .into_par_iter()
                 .map(|row| {
                     let text = texts.get(row).unwrap_or("");
-                    let mut ids = Vec::with_capacity(text.len() / 5 + 1);
+                    let mut ids = Vec::with_capacity(text.len() / 6 + 1);
                     let mut misses = Vec::new();
                     let mut buf = String::new();
                     for_each_word(text, |s, e| {
@@ -333,89 +380,61 @@ impl IndexBuilder {
         let doc_base = self.documents;
         self.documents += rows as u64;
 
-        // Phase 3 (parallel by patient): patient-local distinct terms.
-        let cfg = &self.cfg;
-        let docs = &docs;
-        let mut new_runs: Vec<Run> = self.install(|| {
-            runs.par_iter()
-                .map(|&(patient, start, end)| {
-                    let mut local: FxHashMap<Key, LocalAcc> = FxHashMap::default();
-                    for (row, (ids, _)) in docs.iter().enumerate().take(end).skip(start) {
-                        let doc = (doc_base + row as u64) as u32;
-                        count_doc(ids, doc, cfg, &mut local);
-                    }
-                    Run { patient, local }
-                })
-                .collect()
-        });
-
-        // The previous batch's last patient either continues here or is complete.
-        let mut complete: Vec<Run> = Vec::new();
-        if let Some(carry) = self.carry.take() {
-            if new_runs[0].patient == carry.patient {
-                let first = std::mem::replace(
-                    &mut new_runs[0],
-                    Run { patient: carry.patient, local: FxHashMap::default() },
-                );
-                let (mut big, small) =
-                    if carry.local.len() >= first.local.len() { (carry, first) } else { (first, carry) };
-                big.absorb(small);
-                new_runs[0] = big;
+        // Phase 3 (parallel by patient): count each complete patient in a reusable
+        // thread-local map, then add its distinct terms to the shards. The last patient of
+        // the batch stays open: its documents may continue in the next batch.
+        let (last_patient, last_start, last_end) = runs.pop().expect("rows > 0");
+        let mut open = self.open.take();
+        let mut first_continues = false;
+        if let Some(o) = open.as_mut() {
+            let continues_from = if runs.is_empty() {
+                (o.patient == last_patient).then_some((last_start, last_end))
             } else {
-                complete.push(carry);
+                (o.patient == runs[0].0).then_some((runs[0].1, runs[0].2))
+            };
+            if let Some((start, end)) = continues_from {
+                for (row, (ids, _)) in docs.iter().enumerate().take(end).skip(start) {
+                    count_doc(ids, (doc_base + row as u64) as u32, &self.cfg, &mut o.local);
+                }
+                first_continues = !runs.is_empty();
+                if runs.is_empty() {
+                    self.open = open;
+                    return Ok(());
+                }
             }
         }
-        self.carry = new_runs.pop();
-        complete.extend(new_runs);
-        self.flush(complete);
-        Ok(())
-    }
-
-    /// Phase 4 (parallel by shard): add complete patients' terms to the global maps.
-    fn flush(&mut self, runs: Vec<Run>) {
-        if runs.is_empty() {
-            return;
-        }
-        let cap = self.cfg.k;
-        let pool = self.pool.clone();
-        let work = || {
-            let bucketed: Vec<(u32, Vec<Vec<(Key, LocalAcc)>>)> = runs
-                .into_par_iter()
-                .map(|run| {
-                    let mut buckets: Vec<Vec<(Key, LocalAcc)>> = vec![Vec::new(); SHARDS];
-                    for (key, acc) in run.local {
-                        buckets[shard_of(key)].push((key, acc));
+        let complete = if first_continues { &runs[1..] } else { &runs[..] };
+        let cfg = &self.cfg;
+        let shards = &self.shards;
+        let docs = &docs;
+        self.install(|| {
+            if let Some(o) = open.take() {
+                add_patient(shards, o.patient, &o.local, cfg.k);
+            }
+            complete.par_iter().for_each(|&(patient, start, end)| {
+                SCRATCH.with(|scratch| {
+                    let scratch = &mut *scratch.borrow_mut();
+                    scratch.local.clear();
+                    for (row, (ids, _)) in docs.iter().enumerate().take(end).skip(start) {
+                        count_doc(ids, (doc_base + row as u64) as u32, cfg, &mut scratch.local);
                     }
-                    (run.patient, buckets)
-                })
-                .collect();
-            self.shards
-                .par_iter_mut()
-                .zip(self.extra_owners.par_iter_mut())
-                .enumerate()
-                .for_each(|(s, (map, extra))| {
-                    for (patient, buckets) in &bucketed {
-                        for &(key, l) in &buckets[s] {
-                            let acc = map.entry(key).or_default();
-                            acc.count += l.count;
-                            acc.docs += l.docs;
-                            let before = acc.patients;
-                            acc.patients += 1;
-                            if before < cap {
-                                if before < 2 {
-                                    acc.owners[before as usize] = *patient;
-                                } else {
-                                    extra.entry(key).or_default().push(*patient);
-                                }
-                            }
-                        }
+                    add_patient_sorted(shards, patient, scratch, cfg.k);
+                    if scratch.local.capacity() > 1 << 20 {
+                        scratch.local = LocalMap::default();
+                        scratch.sorted = Vec::new();
                     }
                 });
-        };
-        match pool {
-            Some(p) => p.install(work),
-            None => work(),
+            });
+        });
+        for &(patient, _, _) in complete {
+            self.finished_patients[patient as usize] = true;
         }
+        let mut local = LocalMap::default();
+        for (row, (ids, _)) in docs.iter().enumerate().take(last_end).skip(last_start) {
+            count_doc(ids, (doc_base + row as u64) as u32, &self.cfg, &mut local);
+        }
+        self.open = Some(Open { patient: last_patient, local });
+        Ok(())
     }
 
     fn close(&mut self) -> Result<()> {
@@ -423,9 +442,9 @@ impl IndexBuilder {
             return Err(CoreError::Finished);
         }
         self.done = true;
-        if let Some(carry) = self.carry.take() {
-            self.finished_patients[carry.patient as usize] = true;
-            self.flush(vec![carry]);
+        if let Some(open) = self.open.take() {
+            self.finished_patients[open.patient as usize] = true;
+            add_patient(&self.shards, open.patient, &open.local, self.cfg.k);
         }
         Ok(())
     }
@@ -444,63 +463,126 @@ impl IndexBuilder {
         (0..self.patients.len() as u32).map(|i| self.patients.get(i).to_owned()).collect()
     }
 
-    /// Finish and return the rows, sorted by (n, term).
-    pub fn finish_rows(&mut self) -> Result<Vec<TermRow>> {
+    /// Merge the shards into one list of (key, totals, owners), sorted by (n, term).
+    ///
+    /// Sorting compares integers, not strings: each word gets its rank in the sorted
+    /// vocabulary, and because a normalised word never contains a space (nor any byte below
+    /// it), comparing n-grams word by word by rank gives the order of their joined strings.
+    fn sorted_entries(&mut self) -> Result<Vec<(Key, Acc, Vec<u32>)>> {
         self.close()?;
         let k = self.cfg.k;
-        let shards = std::mem::take(&mut self.shards);
-        let extra = std::mem::take(&mut self.extra_owners);
+        let shards: Vec<Shard> = std::mem::take(&mut self.shards)
+            .into_iter()
+            .map(|s| s.into_inner().expect("shard lock"))
+            .collect();
         let vocab = &self.vocab;
-        let patients = &self.patients;
         let build = || {
-            let mut rows: Vec<TermRow> = shards
+            let mut by_string: Vec<u32> = (0..vocab.len() as u32).collect();
+            by_string.par_sort_unstable_by(|&a, &b| vocab.get(a).cmp(vocab.get(b)));
+            let mut rank = vec![0u32; vocab.len()];
+            for (r, &id) in by_string.iter().enumerate() {
+                rank[id as usize] = r as u32;
+            }
+            let sort_key = |key: Key| -> (usize, u128) {
+                let n = key_len(key);
+                let mut packed: u128 = 0;
+                for i in 0..n {
+                    let id = ((key >> (32 * i)) as u32) - 1;
+                    packed |= (rank[id as usize] as u128) << (32 * (MAX_N - 1 - i));
+                }
+                (n, packed)
+            };
+            let mut entries: Vec<(usize, u128, Key, Acc, Vec<u32>)> = shards
                 .into_par_iter()
-                .zip(extra.into_par_iter())
-                .flat_map_iter(|(map, extra)| {
+                .flat_map_iter(|shard| {
+                    let Shard { map, mut extra_owners } = shard;
                     map.into_iter()
                         .map(|(key, acc)| {
-                            let n = key_len(key);
-                            let mut term = String::new();
-                            for i in 0..n {
-                                if i > 0 {
-                                    term.push(' ');
-                                }
-                                term.push_str(vocab.get(((key >> (32 * i)) as u32) - 1));
-                            }
-                            let kept = acc.patients.min(k) as usize;
-                            let mut patient_ids: Vec<String> = acc.owners[..kept.min(2)]
-                                .iter()
-                                .map(|&p| patients.get(p).to_owned())
-                                .collect();
-                            if kept > 2 {
-                                if let Some(more) = extra.get(&key) {
-                                    patient_ids
-                                        .extend(more.iter().map(|&p| patients.get(p).to_owned()));
-                                }
-                            }
-                            TermRow {
-                                term,
-                                n: n as u8,
-                                patients: acc.patients,
-                                docs: acc.docs,
-                                count: acc.count,
-                                indirect: acc.patients < k,
-                                patient_ids,
-                            }
+                            let owners = if k <= 2 {
+                                acc.owners[..acc.patients.min(k) as usize].to_vec()
+                            } else {
+                                extra_owners.remove(&key).unwrap_or_default()
+                            };
+                            let (n, packed) = sort_key(key);
+                            (n, packed, key, acc, owners)
                         })
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            rows.par_sort_unstable_by(|a, b| (a.n, &a.term).cmp(&(b.n, &b.term)));
-            rows
+            entries.par_sort_unstable_by_key(|e| (e.0, e.1));
+            entries.into_iter().map(|(_, _, key, acc, owners)| (key, acc, owners)).collect()
         };
         Ok(self.install(build))
     }
 
+    /// The term string of a key: its words joined by single spaces.
+    fn term_into(&self, key: Key, out: &mut String) {
+        out.clear();
+        for i in 0..key_len(key) {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(self.vocab.get(((key >> (32 * i)) as u32) - 1));
+        }
+    }
+
+    /// Finish and return the rows, sorted by (n, term).
+    pub fn finish_rows(&mut self) -> Result<Vec<TermRow>> {
+        let k = self.cfg.k;
+        let entries = self.sorted_entries()?;
+        let mut term = String::new();
+        Ok(entries
+            .into_iter()
+            .map(|(key, acc, owners)| {
+                self.term_into(key, &mut term);
+                TermRow {
+                    term: term.clone(),
+                    n: key_len(key) as u8,
+                    patients: acc.patients,
+                    docs: acc.docs,
+                    count: acc.count,
+                    indirect: acc.patients < k,
+                    patient_ids: owners.iter().map(|&p| self.patients.get(p).to_owned()).collect(),
+                }
+            })
+            .collect())
+    }
+
     /// Finish and return the `terms` table as record batches of at most 2^20 rows.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
-        let rows = self.finish_rows()?;
-        Ok(rows.chunks(OUTPUT_ROWS).map(terms_batch).collect())
+        let k = self.cfg.k;
+        let entries = self.sorted_entries()?;
+        let mut term = String::new();
+        Ok(entries
+            .chunks(OUTPUT_ROWS)
+            .map(|chunk| {
+                let mut terms = StringBuilder::with_capacity(chunk.len(), chunk.len() * 12);
+                let mut ids = ListBuilder::new(StringBuilder::new());
+                for (key, _, owners) in chunk {
+                    self.term_into(*key, &mut term);
+                    terms.append_value(&term);
+                    for &p in owners {
+                        ids.values().append_value(self.patients.get(p));
+                    }
+                    ids.append(true);
+                }
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(terms.finish()),
+                    Arc::new(UInt8Array::from_iter_values(
+                        chunk.iter().map(|e| key_len(e.0) as u8),
+                    )),
+                    Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.patients))),
+                    Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.docs))),
+                    Arc::new(UInt64Array::from_iter_values(chunk.iter().map(|e| e.1.count))),
+                    Arc::new(BooleanArray::from(vec![false; chunk.len()])),
+                    Arc::new(BooleanArray::from_iter(
+                        chunk.iter().map(|e| Some(e.1.patients < k)),
+                    )),
+                    Arc::new(ids.finish()),
+                ];
+                RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
+            })
+            .collect())
     }
 }
 
@@ -509,9 +591,56 @@ fn shard_of(key: Key) -> usize {
     (partition_hash(key) >> 52) as usize % SHARDS
 }
 
+/// Add a patient's distinct terms to the shards (for the open patient's owned map).
+fn add_patient(shards: &[Mutex<Shard>], patient: u32, local: &LocalMap, cap: u32) {
+    let mut scratch = Scratch { local: LocalMap::default(), sorted: Vec::new() };
+    scratch.sorted.extend(local.iter().map(|(k, v)| (*k, *v)));
+    sort_and_add(shards, patient, &mut scratch.sorted, cap);
+}
+
+/// Add the patient counted in `scratch.local` to the shards.
+fn add_patient_sorted(shards: &[Mutex<Shard>], patient: u32, scratch: &mut Scratch, cap: u32) {
+    scratch.sorted.clear();
+    scratch.sorted.extend(scratch.local.iter().map(|(k, v)| (*k, *v)));
+    sort_and_add(shards, patient, &mut scratch.sorted, cap);
+}
+
+/// Group `entries` by shard (counting sort) and add each group under its shard's lock.
+fn sort_and_add(shards: &[Mutex<Shard>], patient: u32, entries: &mut [(Key, LocalAcc)], cap: u32) {
+    let mut starts = [0usize; SHARDS + 1];
+    for (key, _) in entries.iter() {
+        starts[shard_of(*key) + 1] += 1;
+    }
+    for s in 0..SHARDS {
+        starts[s + 1] += starts[s];
+    }
+    // In-place cycle-leader permutation into shard order (American-flag sort, one pass).
+    let mut next = starts;
+    for s in 0..SHARDS {
+        while next[s] < starts[s + 1] {
+            let t = shard_of(entries[next[s]].0);
+            if t == s {
+                next[s] += 1;
+            } else {
+                entries.swap(next[s], next[t]);
+                next[t] += 1;
+            }
+        }
+    }
+    for s in 0..SHARDS {
+        if starts[s] == starts[s + 1] {
+            continue;
+        }
+        let mut shard = shards[s].lock().expect("shard lock");
+        for (key, l) in &entries[starts[s]..starts[s + 1]] {
+            shard.add(*key, l, patient, cap);
+        }
+    }
+}
+
 /// Count the n-grams of one document into a patient-local map.
 #[inline]
-fn count_doc(ids: &[u32], doc: u32, cfg: &IndexConfig, local: &mut FxHashMap<Key, LocalAcc>) {
+fn count_doc(ids: &[u32], doc: u32, cfg: &IndexConfig, local: &mut LocalMap) {
     let filter = cfg.modulus > 1;
     let m = cfg.modulus as u64;
     let r = cfg.residue as u64;
@@ -522,16 +651,12 @@ fn count_doc(ids: &[u32], doc: u32, cfg: &IndexConfig, local: &mut FxHashMap<Key
             if filter && partition_hash(key) % m != r {
                 continue;
             }
-            local
-                .entry(key)
-                .and_modify(|a| {
-                    a.count += 1;
-                    if a.last_doc != doc {
-                        a.docs += 1;
-                        a.last_doc = doc;
-                    }
-                })
-                .or_insert(LocalAcc { count: 1, docs: 1, last_doc: doc });
+            let a = local.entry(key).or_insert(LocalAcc { count: 0, docs: 0, last_doc: u32::MAX });
+            a.count += 1;
+            if a.last_doc != doc {
+                a.docs += 1;
+                a.last_doc = doc;
+            }
         }
     }
 }
@@ -554,37 +679,10 @@ pub fn terms_schema() -> Arc<Schema> {
     ]))
 }
 
-fn terms_batch(rows: &[TermRow]) -> RecordBatch {
-    let term = StringArray::from_iter_values(rows.iter().map(|r| r.term.as_str()));
-    let n = UInt8Array::from_iter_values(rows.iter().map(|r| r.n));
-    let patients = UInt32Array::from_iter_values(rows.iter().map(|r| r.patients));
-    let docs = UInt32Array::from_iter_values(rows.iter().map(|r| r.docs));
-    let count = UInt64Array::from_iter_values(rows.iter().map(|r| r.count));
-    let direct = BooleanArray::from(vec![false; rows.len()]);
-    let indirect = BooleanArray::from_iter(rows.iter().map(|r| Some(r.indirect)));
-    let mut ids = ListBuilder::new(StringBuilder::new());
-    for r in rows {
-        for p in &r.patient_ids {
-            ids.values().append_value(p);
-        }
-        ids.append(true);
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(term),
-        Arc::new(n),
-        Arc::new(patients),
-        Arc::new(docs),
-        Arc::new(count),
-        Arc::new(direct),
-        Arc::new(indirect),
-        Arc::new(ids.finish()),
-    ];
-    RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches its schema")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::StringArray;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn arr(v: &[&str]) -> ArrayRef {
@@ -651,6 +749,12 @@ mod tests {
                         for residue in 0..modulus {
                             let cfg = IndexConfig { max_n, modulus, residue, threads, ..Default::default() };
                             got_all.extend(run(DOCS, cfg, batch));
+                        }
+                        if modulus == 1 {
+                            let order: Vec<_> = got_all.iter().map(|r| (r.n, r.term.clone())).collect();
+                            let mut sorted = order.clone();
+                            sorted.sort();
+                            assert_eq!(order, sorted, "rows sorted by (n, term)");
                         }
                         let got: BTreeMap<_, _> = got_all
                             .iter()

@@ -53,10 +53,10 @@ impl Normalizer {
     #[inline]
     pub fn normalize_into(&self, word: &str, out: &mut String) {
         if word.is_ascii() {
+            let start = out.len();
+            out.push_str(word);
             if self.lowercase {
-                out.extend(word.bytes().map(|b| b.to_ascii_lowercase() as char));
-            } else {
-                out.push_str(word);
+                out[start..].make_ascii_lowercase();
             }
             return;
         }

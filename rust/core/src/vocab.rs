@@ -10,6 +10,22 @@ pub fn hash_str(s: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(s)
 }
 
+/// Byte equality, without a `memcmp` call for the short strings words mostly are.
+#[inline(always)]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= 8 {
+        let mut x = [0u8; 8];
+        let mut y = [0u8; 8];
+        x[..a.len()].copy_from_slice(a);
+        y[..b.len()].copy_from_slice(b);
+        return u64::from_ne_bytes(x) == u64::from_ne_bytes(y);
+    }
+    a == b
+}
+
 /// Interned strings stored back to back in one arena.
 #[derive(Default, Debug)]
 pub struct Vocab {
@@ -41,7 +57,7 @@ impl Vocab {
     /// The id of `s` (whose hash is `hash`), if interned.
     #[inline]
     pub fn find(&self, hash: u64, s: &str) -> Option<u32> {
-        self.table.find(hash, |&id| self.get(id) == s).copied()
+        self.table.find(hash, |&id| short_eq(self.get(id).as_bytes(), s.as_bytes())).copied()
     }
 
     /// The id of `s`, interning it if new.
