@@ -114,12 +114,14 @@ def test_physionet_index_is_exact(physionet_docs: Path, ngram: int) -> None:
 def test_results_do_not_depend_on_threads_batches_or_budget(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=60, seed=3)
-    base = phisieve.index(docs, ngram=3)
+    whole = term_index.IndexReport()
+    base = phisieve.index(docs, ngram=3, report=whole)
     for kwargs in ({"threads": 1, "batch_size": 7}, {"threads": 2, "batch_size": 1000},
                    {"threads": 3, "batch_size": 64}):
         assert phisieve.index(docs, ngram=3, **kwargs).equals(base)
     report = term_index.IndexReport()
-    small = phisieve.index(docs, ngram=3, memory_budget=base.nbytes // 8, report=report)
+    small = phisieve.index(docs, ngram=3, memory_budget=whole.peak_index_bytes // 4,
+                           report=report)
     assert report.partitions > 1 and report.passes >= report.partitions
     assert small.equals(base)
 

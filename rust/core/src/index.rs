@@ -22,6 +22,7 @@ use crate::error::{CoreError, Result};
 use crate::normalize::Normalizer;
 use crate::text::StrCol;
 use crate::vocab::{hash_str, Vocab};
+use crate::table::{key_hash, Entry, Table};
 use crate::words::for_each_word;
 use crate::MAX_N;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -29,14 +30,14 @@ use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array,
 use arrow_schema::{DataType, Field, Schema};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// An n-gram key: word ids + 1 in 32-bit slots, slot 0 holding the first word.
 pub type Key = u128;
 const SHARDS: usize = 64;
 const MISS: u32 = u32::MAX;
 /// Rows per output record batch.
-const OUTPUT_ROWS: usize = 1 << 20;
+const OUTPUT_ROWS: usize = 1 << 18;
 
 /// Options of an index run.
 #[derive(Debug, Clone)]
@@ -113,82 +114,38 @@ pub fn key_len(key: Key) -> usize {
     n
 }
 
-/// Per-term totals. `owners` holds the smallest patient indices (first-seen order) that use
-/// the term when `k <= 2`; larger `k` keeps them in the shard's `extra_owners`.
-#[derive(Debug, Clone, Copy)]
-struct Acc {
-    count: u64,
-    docs: u32,
-    patients: u32,
-    owners: [u32; 2],
-}
-
-impl Default for Acc {
-    fn default() -> Self {
-        Self { count: 0, docs: 0, patients: 0, owners: [u32::MAX; 2] }
-    }
-}
-
-/// Per-term totals within one patient.
-#[derive(Debug, Clone, Copy, Default)]
-struct LocalAcc {
-    count: u64,
-    docs: u32,
-    last_doc: u32,
-}
-
-type LocalMap = FxHashMap<Key, LocalAcc>;
-
-/// One of the hash shards of the global term map.
+/// One of the hash shards of the term table.
 #[derive(Default)]
 struct Shard {
-    map: FxHashMap<Key, Acc>,
+    table: Table,
+    /// Owners beyond the first two (the 3rd..k-th patients), when `k > 2`.
     extra_owners: FxHashMap<Key, Vec<u32>>,
 }
 
 impl Shard {
-    /// Add one patient's totals of one term. Commutative: the result does not depend on the
-    /// order in which patients arrive.
-    #[inline]
-    fn add(&mut self, key: Key, l: &LocalAcc, patient: u32, cap: u32) {
-        let acc = self.map.entry(key).or_default();
-        acc.count += l.count;
-        acc.docs += l.docs;
-        acc.patients += 1;
-        if cap <= 2 {
-            let o = &mut acc.owners;
-            if patient < o[0] {
-                o[1] = o[0];
-                o[0] = patient;
-            } else if patient < o[1] {
-                o[1] = patient;
-            }
-        } else {
-            let v = self.extra_owners.entry(key).or_default();
-            let pos = v.partition_point(|&x| x < patient);
-            if pos < cap as usize {
-                v.insert(pos, patient);
-                v.truncate(cap as usize);
+    /// Count one occurrence of `key` in document `doc` of patient `patient`. Documents and
+    /// patients are counted on first sight, which is exact because the input is grouped by
+    /// patient and each shard sees its terms in input order.
+    #[inline(always)]
+    fn count(&mut self, key: Key, hash: u64, doc: u32, patient: u32, k: u32) {
+        let e = self.table.entry(key, hash);
+        e.count += 1;
+        let doc_tag = doc % u32::MAX + 1;
+        if e.last_doc != doc_tag {
+            e.last_doc = doc_tag;
+            e.docs += 1;
+            let patient_tag = patient + 1;
+            if e.last_patient != patient_tag {
+                e.last_patient = patient_tag;
+                if e.patients < 2 {
+                    e.owners[e.patients as usize] = patient;
+                } else if e.patients < k {
+                    self.extra_owners.entry(key).or_default().push(patient);
+                }
+                e.patients += 1;
             }
         }
     }
-}
-
-/// The patient whose documents may continue in the next batch.
-struct Open {
-    patient: u32,
-    local: LocalMap,
-}
-
-/// Reusable per-thread buffers for counting one patient.
-#[derive(Default)]
-struct Scratch {
-    local: LocalMap,
-    sorted: Vec<(Key, LocalAcc)>,
-}
-
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// One output row of the index.
@@ -212,14 +169,17 @@ pub struct IndexTotals {
     pub patients: u64,
 }
 
+/// How many key updates ahead the counting loop prefetches.
+const AHEAD: usize = 8;
+
 /// Builds the patient x term index from batches of (patient id, text).
 pub struct IndexBuilder {
     cfg: IndexConfig,
     vocab: Vocab,
     patients: Vocab,
     finished_patients: Vec<bool>,
-    shards: Vec<Mutex<Shard>>,
-    open: Option<Open>,
+    last_patient: Option<u32>,
+    shards: Vec<Shard>,
     pool: Option<Arc<rayon::ThreadPool>>,
     batches: u64,
     documents: u64,
@@ -246,8 +206,8 @@ impl IndexBuilder {
             vocab: Vocab::default(),
             patients: Vocab::default(),
             finished_patients: Vec::new(),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            open: None,
+            last_patient: None,
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             pool,
             batches: 0,
             documents: 0,
@@ -268,29 +228,23 @@ impl IndexBuilder {
         }
     }
 
-    /// Approximate heap bytes held (maps, vocabularies, the open patient).
+    /// Approximate heap bytes held (term tables and vocabularies).
     pub fn memory_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(Key, Acc)>() + 1;
-        let local = std::mem::size_of::<(Key, LocalAcc)>() + 1;
         let shards: usize = self
             .shards
             .iter()
             .map(|s| {
-                let s = s.lock().expect("shard lock");
-                s.map.capacity() * entry
+                s.table.memory_bytes()
                     + s.extra_owners.capacity() * (std::mem::size_of::<(Key, Vec<u32>)>() + 1)
                     + s.extra_owners.len() * self.cfg.k as usize * 4
             })
             .sum();
-        self.vocab.memory_bytes()
-            + self.patients.memory_bytes()
-            + shards
-            + self.open.as_ref().map_or(0, |r| r.local.capacity() * local)
+        self.vocab.memory_bytes() + self.patients.memory_bytes() + shards
     }
 
-    /// Distinct terms counted so far (excluding the open patient's new terms).
+    /// Distinct terms counted so far.
     pub fn num_terms(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().expect("shard lock").map.len()).sum()
+        self.shards.iter().map(|s| s.table.len()).sum()
     }
 
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
@@ -310,12 +264,8 @@ impl IndexBuilder {
         let batch_no = self.batches;
         self.batches += 1;
         let rows = texts.len();
-        if rows == 0 {
-            return Ok(());
-        }
-        // Runs of consecutive rows of one patient, checking that patients are grouped.
-        let mut runs: Vec<(u32, usize, usize)> = Vec::new();
-        let mut current = self.open.as_ref().map(|r| r.patient);
+        // Patient of each row, checking that each patient's rows are contiguous.
+        let mut row_patient: Vec<u32> = Vec::with_capacity(rows);
         for row in 0..rows {
             let pid = pids.get(row).ok_or(CoreError::Null { what: "patient_id", row })?;
             if texts.get(row).is_none() {
@@ -325,34 +275,85 @@ impl IndexBuilder {
             if p as usize == self.finished_patients.len() {
                 self.finished_patients.push(false);
             }
-            match runs.last_mut() {
-                Some(last) if last.0 == p => last.2 = row + 1,
-                _ => {
-                    if Some(p) != current {
-                        if let Some(c) = current {
-                            self.finished_patients[c as usize] = true;
-                        }
-                        if self.finished_patients[p as usize] {
-                            self.done = true;
-                            return Err(CoreError::NotGrouped { batch: batch_no, row });
-                        }
-                        current = Some(p);
-                    }
-                    runs.push((p, row, row + 1));
+            if Some(p) != self.last_patient {
+                if let Some(c) = self.last_patient {
+                    self.finished_patients[c as usize] = true;
                 }
+                if self.finished_patients[p as usize] {
+                    self.done = true;
+                    return Err(CoreError::NotGrouped { batch: batch_no, row });
+                }
+                self.last_patient = Some(p);
             }
+            row_patient.push(p);
+        }
+        if rows == 0 {
+            return Ok(());
         }
 
+        // Phases 1-2 by chunks of rows: tokenise in parallel against the vocabulary as it is
+        // (misses kept aside), then intern the misses in row order, so ids follow first
+        // occurrence. Chunks start small so a cold vocabulary warms up on few documents.
+        let mut docs: Vec<Vec<u32>> = Vec::with_capacity(rows);
+        let mut chunk_start = 0;
+        let mut chunk_len = 64;
+        while chunk_start < rows {
+            let chunk_end = (chunk_start + chunk_len).min(rows);
+            let chunk = self.tokenize_rows(texts, chunk_start..chunk_end);
+            for (mut ids, misses, arena) in chunk {
+                self.tokens += ids.len() as u64;
+                for (pos, h, start, end) in misses {
+                    ids[pos as usize] = self.vocab.intern(h, &arena[start as usize..end as usize]);
+                }
+                docs.push(ids);
+            }
+            chunk_start = chunk_end;
+            chunk_len *= 4;
+        }
+        let doc_base = self.documents;
+        self.documents += rows as u64;
+
+        // Phase 3 (parallel by shard group): every task scans the batch in row order and
+        // counts the n-grams that fall in its shards, prefetching slots a few keys ahead.
+        let cfg = &self.cfg;
+        let docs = &docs;
+        let row_patient = &row_patient;
+        let pool = self.pool.clone();
+        let shards = &mut self.shards;
+        let mut work = move || {
+            let tasks = rayon::current_num_threads().clamp(1, SHARDS);
+            let mut groups: Vec<Vec<&mut Shard>> = (0..tasks).map(|_| Vec::new()).collect();
+            for (s, shard) in shards.iter_mut().enumerate() {
+                groups[s % tasks].push(shard);
+            }
+            groups.into_par_iter().enumerate().for_each(|(task, mut group)| {
+                count_batch(docs, row_patient, doc_base, cfg, task, tasks, &mut group);
+            });
+        };
+        match pool {
+            Some(p) => p.install(work),
+            None => work(),
+        }
+        Ok(())
+    }
+
+    /// Words of `rows` as vocabulary ids (`MISS` where unknown), with the misses: (position,
+    /// hash, range in the arena of normalised missing words).
+    #[allow(clippy::type_complexity)]
+    fn tokenize_rows(
+        &self,
+        texts: StrCol<'_>,
+        rows: std::ops::Range<usize>,
+    ) -> Vec<(Vec<u32>, Vec<(u32, u64, u32, u32)>, String)> {
         let norm = self.cfg.normalizer;
         let vocab = &self.vocab;
-        // Phase 1 (parallel by document): words -> normalised -> known ids; misses kept aside.
-        let mut docs: Vec<(Vec<u32>, Vec<(u32, u64, String)>)> = self.install(|| {
-            (0..rows)
-                .into_par_iter()
+        self.install(|| {
+            rows.into_par_iter()
                 .map(|row| {
                     let text = texts.get(row).unwrap_or("");
                     let mut ids = Vec::with_capacity(text.len() / 6 + 1);
                     let mut misses = Vec::new();
+                    let mut arena = String::new();
                     let mut buf = String::new();
                     for_each_word(text, |s, e| {
                         buf.clear();
@@ -361,80 +362,17 @@ impl IndexBuilder {
                         match vocab.find(h, &buf) {
                             Some(id) => ids.push(id),
                             None => {
-                                misses.push((ids.len() as u32, h, buf.clone()));
+                                let start = arena.len() as u32;
+                                arena.push_str(&buf);
+                                misses.push((ids.len() as u32, h, start, arena.len() as u32));
                                 ids.push(MISS);
                             }
                         }
                     });
-                    (ids, misses)
+                    (ids, misses, arena)
                 })
                 .collect()
-        });
-        // Phase 2 (sequential, row order): intern new words, so ids follow first occurrence.
-        for (ids, misses) in docs.iter_mut() {
-            self.tokens += ids.len() as u64;
-            for (pos, h, word) in misses.drain(..) {
-                ids[pos as usize] = self.vocab.intern(h, &word);
-            }
-        }
-        let doc_base = self.documents;
-        self.documents += rows as u64;
-
-        // Phase 3 (parallel by patient): count each complete patient in a reusable
-        // thread-local map, then add its distinct terms to the shards. The last patient of
-        // the batch stays open: its documents may continue in the next batch.
-        let (last_patient, last_start, last_end) = runs.pop().expect("rows > 0");
-        let mut open = self.open.take();
-        let mut first_continues = false;
-        if let Some(o) = open.as_mut() {
-            let continues_from = if runs.is_empty() {
-                (o.patient == last_patient).then_some((last_start, last_end))
-            } else {
-                (o.patient == runs[0].0).then_some((runs[0].1, runs[0].2))
-            };
-            if let Some((start, end)) = continues_from {
-                for (row, (ids, _)) in docs.iter().enumerate().take(end).skip(start) {
-                    count_doc(ids, (doc_base + row as u64) as u32, &self.cfg, &mut o.local);
-                }
-                first_continues = !runs.is_empty();
-                if runs.is_empty() {
-                    self.open = open;
-                    return Ok(());
-                }
-            }
-        }
-        let complete = if first_continues { &runs[1..] } else { &runs[..] };
-        let cfg = &self.cfg;
-        let shards = &self.shards;
-        let docs = &docs;
-        self.install(|| {
-            if let Some(o) = open.take() {
-                add_patient(shards, o.patient, &o.local, cfg.k);
-            }
-            complete.par_iter().for_each(|&(patient, start, end)| {
-                SCRATCH.with(|scratch| {
-                    let scratch = &mut *scratch.borrow_mut();
-                    scratch.local.clear();
-                    for (row, (ids, _)) in docs.iter().enumerate().take(end).skip(start) {
-                        count_doc(ids, (doc_base + row as u64) as u32, cfg, &mut scratch.local);
-                    }
-                    add_patient_sorted(shards, patient, scratch, cfg.k);
-                    if scratch.local.capacity() > 1 << 20 {
-                        scratch.local = LocalMap::default();
-                        scratch.sorted = Vec::new();
-                    }
-                });
-            });
-        });
-        for &(patient, _, _) in complete {
-            self.finished_patients[patient as usize] = true;
-        }
-        let mut local = LocalMap::default();
-        for (row, (ids, _)) in docs.iter().enumerate().take(last_end).skip(last_start) {
-            count_doc(ids, (doc_base + row as u64) as u32, &self.cfg, &mut local);
-        }
-        self.open = Some(Open { patient: last_patient, local });
-        Ok(())
+        })
     }
 
     fn close(&mut self) -> Result<()> {
@@ -442,10 +380,6 @@ impl IndexBuilder {
             return Err(CoreError::Finished);
         }
         self.done = true;
-        if let Some(open) = self.open.take() {
-            self.finished_patients[open.patient as usize] = true;
-            add_patient(&self.shards, open.patient, &open.local, self.cfg.k);
-        }
         Ok(())
     }
 
@@ -463,18 +397,16 @@ impl IndexBuilder {
         (0..self.patients.len() as u32).map(|i| self.patients.get(i).to_owned()).collect()
     }
 
-    /// Merge the shards into one list of (key, totals, owners), sorted by (n, term).
+    /// Merge the shards into one list of (key, totals), sorted by (n, term), and the owners
+    /// beyond the first two (when `k > 2`).
     ///
     /// Sorting compares integers, not strings: each word gets its rank in the sorted
     /// vocabulary, and because a normalised word never contains a space (nor any byte below
     /// it), comparing n-grams word by word by rank gives the order of their joined strings.
-    fn sorted_entries(&mut self) -> Result<Vec<(Key, Acc, Vec<u32>)>> {
+    #[allow(clippy::type_complexity)]
+    fn sorted_entries(&mut self) -> Result<(Vec<(Key, Entry)>, FxHashMap<Key, Vec<u32>>)> {
         self.close()?;
-        let k = self.cfg.k;
-        let shards: Vec<Shard> = std::mem::take(&mut self.shards)
-            .into_iter()
-            .map(|s| s.into_inner().expect("shard lock"))
-            .collect();
+        let shards = std::mem::take(&mut self.shards);
         let vocab = &self.vocab;
         let build = || {
             let mut by_string: Vec<u32> = (0..vocab.len() as u32).collect();
@@ -483,36 +415,48 @@ impl IndexBuilder {
             for (r, &id) in by_string.iter().enumerate() {
                 rank[id as usize] = r as u32;
             }
-            let sort_key = |key: Key| -> (usize, u128) {
+            // (n, ranks packed first word highest) orders like (n, term).
+            let sort_key = |key: Key| -> (u8, u128) {
                 let n = key_len(key);
                 let mut packed: u128 = 0;
                 for i in 0..n {
                     let id = ((key >> (32 * i)) as u32) - 1;
                     packed |= (rank[id as usize] as u128) << (32 * (MAX_N - 1 - i));
                 }
-                (n, packed)
+                (n as u8, packed)
             };
-            let mut entries: Vec<(usize, u128, Key, Acc, Vec<u32>)> = shards
-                .into_par_iter()
-                .flat_map_iter(|shard| {
-                    let Shard { map, mut extra_owners } = shard;
-                    map.into_iter()
-                        .map(|(key, acc)| {
-                            let owners = if k <= 2 {
-                                acc.owners[..acc.patients.min(k) as usize].to_vec()
-                            } else {
-                                extra_owners.remove(&key).unwrap_or_default()
-                            };
-                            let (n, packed) = sort_key(key);
-                            (n, packed, key, acc, owners)
-                        })
-                        .collect::<Vec<_>>()
+            let mut extra = FxHashMap::default();
+            let mut entries: Vec<(Key, Entry)> = Vec::new();
+            for shard in shards {
+                entries.extend(shard.table.into_entries());
+                extra.extend(shard.extra_owners);
+            }
+            let mut order: Vec<(u8, u128, u32)> = entries
+                .par_iter()
+                .enumerate()
+                .map(|(i, (key, _))| {
+                    let (n, packed) = sort_key(*key);
+                    (n, packed, i as u32)
                 })
                 .collect();
-            entries.par_sort_unstable_by_key(|e| (e.0, e.1));
-            entries.into_iter().map(|(_, _, key, acc, owners)| (key, acc, owners)).collect()
+            order.par_sort_unstable();
+            let sorted = order.par_iter().map(|&(_, _, i)| entries[i as usize]).collect();
+            (sorted, extra)
         };
         Ok(self.install(build))
+    }
+
+    /// The owners of an entry: up to `k` patient indices, first ones in input order.
+    fn owners<'a>(
+        &self,
+        key: Key,
+        e: &'a Entry,
+        extra: &'a FxHashMap<Key, Vec<u32>>,
+    ) -> impl Iterator<Item = u32> + 'a {
+        let k = self.cfg.k;
+        let inline = e.patients.min(k).min(2) as usize;
+        let more = if k > 2 { extra.get(&key).map_or(&[][..], |v| v.as_slice()) } else { &[] };
+        e.owners[..inline].iter().chain(more.iter()).copied()
     }
 
     /// The term string of a key: its words joined by single spaces.
@@ -529,135 +473,122 @@ impl IndexBuilder {
     /// Finish and return the rows, sorted by (n, term).
     pub fn finish_rows(&mut self) -> Result<Vec<TermRow>> {
         let k = self.cfg.k;
-        let entries = self.sorted_entries()?;
+        let (entries, extra) = self.sorted_entries()?;
         let mut term = String::new();
         Ok(entries
-            .into_iter()
-            .map(|(key, acc, owners)| {
-                self.term_into(key, &mut term);
+            .iter()
+            .map(|(key, e)| {
+                self.term_into(*key, &mut term);
                 TermRow {
                     term: term.clone(),
-                    n: key_len(key) as u8,
-                    patients: acc.patients,
-                    docs: acc.docs,
-                    count: acc.count,
-                    indirect: acc.patients < k,
-                    patient_ids: owners.iter().map(|&p| self.patients.get(p).to_owned()).collect(),
+                    n: key_len(*key) as u8,
+                    patients: e.patients,
+                    docs: e.docs,
+                    count: e.count,
+                    indirect: e.patients < k,
+                    patient_ids: self
+                        .owners(*key, e, &extra)
+                        .map(|p| self.patients.get(p).to_owned())
+                        .collect(),
                 }
             })
             .collect())
     }
 
-    /// Finish and return the `terms` table as record batches of at most 2^20 rows.
+    /// Finish and return the `terms` table as record batches of at most 2^18 rows.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let k = self.cfg.k;
-        let entries = self.sorted_entries()?;
-        let mut term = String::new();
-        Ok(entries
-            .chunks(OUTPUT_ROWS)
-            .map(|chunk| {
-                let mut terms = StringBuilder::with_capacity(chunk.len(), chunk.len() * 12);
-                let mut ids = ListBuilder::new(StringBuilder::new());
-                for (key, _, owners) in chunk {
-                    self.term_into(*key, &mut term);
-                    terms.append_value(&term);
-                    for &p in owners {
-                        ids.values().append_value(self.patients.get(p));
-                    }
-                    ids.append(true);
+        let (entries, extra) = self.sorted_entries()?;
+        let batch = |chunk: &[(Key, Entry)]| {
+            let mut term = String::new();
+            let mut terms = StringBuilder::with_capacity(chunk.len(), chunk.len() * 12);
+            let mut ids = ListBuilder::new(StringBuilder::new());
+            for (key, e) in chunk {
+                self.term_into(*key, &mut term);
+                terms.append_value(&term);
+                for p in self.owners(*key, e, &extra) {
+                    ids.values().append_value(self.patients.get(p));
                 }
-                let columns: Vec<ArrayRef> = vec![
-                    Arc::new(terms.finish()),
-                    Arc::new(UInt8Array::from_iter_values(
-                        chunk.iter().map(|e| key_len(e.0) as u8),
-                    )),
-                    Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.patients))),
-                    Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.docs))),
-                    Arc::new(UInt64Array::from_iter_values(chunk.iter().map(|e| e.1.count))),
-                    Arc::new(BooleanArray::from(vec![false; chunk.len()])),
-                    Arc::new(BooleanArray::from_iter(
-                        chunk.iter().map(|e| Some(e.1.patients < k)),
-                    )),
-                    Arc::new(ids.finish()),
-                ];
-                RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
-            })
-            .collect())
-    }
-}
-
-#[inline]
-fn shard_of(key: Key) -> usize {
-    (partition_hash(key) >> 52) as usize % SHARDS
-}
-
-/// Add a patient's distinct terms to the shards (for the open patient's owned map).
-fn add_patient(shards: &[Mutex<Shard>], patient: u32, local: &LocalMap, cap: u32) {
-    let mut scratch = Scratch { local: LocalMap::default(), sorted: Vec::new() };
-    scratch.sorted.extend(local.iter().map(|(k, v)| (*k, *v)));
-    sort_and_add(shards, patient, &mut scratch.sorted, cap);
-}
-
-/// Add the patient counted in `scratch.local` to the shards.
-fn add_patient_sorted(shards: &[Mutex<Shard>], patient: u32, scratch: &mut Scratch, cap: u32) {
-    scratch.sorted.clear();
-    scratch.sorted.extend(scratch.local.iter().map(|(k, v)| (*k, *v)));
-    sort_and_add(shards, patient, &mut scratch.sorted, cap);
-}
-
-/// Group `entries` by shard (counting sort) and add each group under its shard's lock.
-fn sort_and_add(shards: &[Mutex<Shard>], patient: u32, entries: &mut [(Key, LocalAcc)], cap: u32) {
-    let mut starts = [0usize; SHARDS + 1];
-    for (key, _) in entries.iter() {
-        starts[shard_of(*key) + 1] += 1;
-    }
-    for s in 0..SHARDS {
-        starts[s + 1] += starts[s];
-    }
-    // In-place cycle-leader permutation into shard order (American-flag sort, one pass).
-    let mut next = starts;
-    for s in 0..SHARDS {
-        while next[s] < starts[s + 1] {
-            let t = shard_of(entries[next[s]].0);
-            if t == s {
-                next[s] += 1;
-            } else {
-                entries.swap(next[s], next[t]);
-                next[t] += 1;
+                ids.append(true);
             }
-        }
-    }
-    for s in 0..SHARDS {
-        if starts[s] == starts[s + 1] {
-            continue;
-        }
-        let mut shard = shards[s].lock().expect("shard lock");
-        for (key, l) in &entries[starts[s]..starts[s + 1]] {
-            shard.add(*key, l, patient, cap);
-        }
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(terms.finish()),
+                Arc::new(UInt8Array::from_iter_values(chunk.iter().map(|e| key_len(e.0) as u8))),
+                Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.patients))),
+                Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.docs))),
+                Arc::new(UInt64Array::from_iter_values(chunk.iter().map(|e| e.1.count))),
+                Arc::new(BooleanArray::from(vec![false; chunk.len()])),
+                Arc::new(BooleanArray::from_iter(chunk.iter().map(|e| Some(e.1.patients < k)))),
+                Arc::new(ids.finish()),
+            ];
+            RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
+        };
+        let this = &*self;
+        Ok(this.install(|| entries.par_chunks(OUTPUT_ROWS).map(batch).collect()))
     }
 }
 
-/// Count the n-grams of one document into a patient-local map.
-#[inline]
-fn count_doc(ids: &[u32], doc: u32, cfg: &IndexConfig, local: &mut LocalMap) {
+#[inline(always)]
+fn shard_of_hash(hash: u64) -> usize {
+    (hash >> 58) as usize % SHARDS
+}
+
+/// Count, in row order, the n-grams of a batch that fall in one task's shards
+/// (`shard % tasks == task`; `group[shard / tasks]`).
+fn count_batch(
+    docs: &[Vec<u32>],
+    row_patient: &[u32],
+    doc_base: u64,
+    cfg: &IndexConfig,
+    task: usize,
+    tasks: usize,
+    group: &mut [&mut Shard],
+) {
     let filter = cfg.modulus > 1;
-    let m = cfg.modulus as u64;
-    let r = cfg.residue as u64;
-    for i in 0..ids.len() {
-        let mut key: Key = 0;
-        for n in 0..cfg.max_n.min(ids.len() - i) {
-            key |= ((ids[i + n] as u128) + 1) << (32 * n);
-            if filter && partition_hash(key) % m != r {
-                continue;
-            }
-            let a = local.entry(key).or_insert(LocalAcc { count: 0, docs: 0, last_doc: u32::MAX });
-            a.count += 1;
-            if a.last_doc != doc {
-                a.docs += 1;
-                a.last_doc = doc;
+    let (m, r) = (cfg.modulus as u64, cfg.residue as u64);
+    let pow2 = cfg.modulus.is_power_of_two();
+    let in_partition = |key: Key| {
+        let h = partition_hash(key);
+        (if pow2 { h & (m - 1) } else { h % m }) == r
+    };
+    // Which shards are this task's, and where they sit in `group` (no division per key).
+    let mut local = [u8::MAX; SHARDS];
+    for (s, slot) in local.iter_mut().enumerate() {
+        if s % tasks == task {
+            *slot = (s / tasks) as u8;
+        }
+    }
+    // A small FIFO of pending updates: the slot of each is prefetched when it enters.
+    let mut ring = [(0 as Key, 0u64, 0u32, 0u32); AHEAD];
+    let mut head = 0usize;
+    let mut pending = 0usize;
+    for (row, ids) in docs.iter().enumerate() {
+        let doc = (doc_base + row as u64) as u32;
+        let patient = row_patient[row];
+        for i in 0..ids.len() {
+            let mut key: Key = 0;
+            for n in 0..cfg.max_n.min(ids.len() - i) {
+                key |= ((ids[i + n] as u128) + 1) << (32 * n);
+                let h = key_hash(key);
+                let g = local[shard_of_hash(h)];
+                if g == u8::MAX || (filter && !in_partition(key)) {
+                    continue;
+                }
+                group[g as usize].table.prefetch(h);
+                if pending == AHEAD {
+                    let (k0, h0, d0, p0) = ring[head];
+                    group[local[shard_of_hash(h0)] as usize].count(k0, h0, d0, p0, cfg.k);
+                    head = (head + 1) % AHEAD;
+                    pending -= 1;
+                }
+                ring[(head + pending) % AHEAD] = (key, h, doc, patient);
+                pending += 1;
             }
         }
+    }
+    for j in 0..pending {
+        let (k0, h0, d0, p0) = ring[(head + j) % AHEAD];
+        group[local[shard_of_hash(h0)] as usize].count(k0, h0, d0, p0, cfg.k);
     }
 }
 

@@ -15,6 +15,7 @@ pub mod error;
 pub mod index;
 pub mod marker;
 pub mod normalize;
+pub mod table;
 pub mod text;
 pub mod vocab;
 pub mod words;
