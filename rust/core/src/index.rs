@@ -148,6 +148,46 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// Add the totals of a shard that counted other patients (all after this shard's own
+    /// within each worker, but interleaved across workers: owners are merged by index).
+    fn merge(&mut self, other: Shard, k: u32) {
+        let Shard { table, mut extra_owners } = other;
+        let incoming: Vec<(Key, u64, Entry)> =
+            table.into_entries().map(|(key, e)| (key, key_hash(key), e)).collect();
+        for (i, &(key, hash, o)) in incoming.iter().enumerate() {
+            if let Some(ahead) = incoming.get(i + AHEAD) {
+                self.table.prefetch(ahead.1);
+            }
+            let e = self.table.entry(key, hash);
+            let (pe, po) = (e.patients.min(2) as usize, o.patients.min(2) as usize);
+            if k <= 2 {
+                let mut owners = [u32::MAX; 4];
+                owners[..pe].copy_from_slice(&e.owners[..pe]);
+                owners[pe..pe + po].copy_from_slice(&o.owners[..po]);
+                owners[..pe + po].sort_unstable();
+                e.owners = [owners[0], owners[1]];
+            } else {
+                let mut owners: Vec<u32> = e.owners[..pe].to_vec();
+                owners.extend_from_slice(&o.owners[..po]);
+                owners.extend(self.extra_owners.remove(&key).unwrap_or_default());
+                owners.extend(extra_owners.remove(&key).unwrap_or_default());
+                owners.sort_unstable();
+                owners.truncate(k as usize);
+                for (slot, &p) in e.owners.iter_mut().zip(owners.iter()) {
+                    *slot = p;
+                }
+                if owners.len() > 2 {
+                    self.extra_owners.insert(key, owners[2..].to_vec());
+                }
+            }
+            e.count += o.count;
+            e.docs += o.docs;
+            e.patients += o.patients;
+        }
+    }
+}
+
 /// One output row of the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TermRow {
@@ -179,7 +219,12 @@ pub struct IndexBuilder {
     patients: Vocab,
     finished_patients: Vec<bool>,
     last_patient: Option<u32>,
-    shards: Vec<Shard>,
+    /// Per worker, its shards. Workers count disjoint sets of whole patients, so their
+    /// totals add up; `finish` merges them shard by shard.
+    workers: Vec<Vec<Shard>>,
+    /// Documents (word ids, document number, patient) of the last patient seen, not yet
+    /// counted because they may continue in the next batch.
+    open: Vec<(Vec<u32>, u32, u32)>,
     pool: Option<Arc<rayon::ThreadPool>>,
     batches: u64,
     documents: u64,
@@ -207,7 +252,8 @@ impl IndexBuilder {
             patients: Vocab::default(),
             finished_patients: Vec::new(),
             last_patient: None,
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            workers: Vec::new(),
+            open: Vec::new(),
             pool,
             batches: 0,
             documents: 0,
@@ -231,20 +277,22 @@ impl IndexBuilder {
     /// Approximate heap bytes held (term tables and vocabularies).
     pub fn memory_bytes(&self) -> usize {
         let shards: usize = self
-            .shards
+            .workers
             .iter()
+            .flatten()
             .map(|s| {
                 s.table.memory_bytes()
                     + s.extra_owners.capacity() * (std::mem::size_of::<(Key, Vec<u32>)>() + 1)
                     + s.extra_owners.len() * self.cfg.k as usize * 4
             })
             .sum();
-        self.vocab.memory_bytes() + self.patients.memory_bytes() + shards
+        let open: usize = self.open.iter().map(|u| u.0.capacity() * 4).sum();
+        self.vocab.memory_bytes() + self.patients.memory_bytes() + shards + open
     }
 
-    /// Distinct terms counted so far.
+    /// Terms counted so far, summed over workers (a term two workers saw counts twice).
     pub fn num_terms(&self) -> usize {
-        self.shards.iter().map(|s| s.table.len()).sum()
+        self.workers.iter().flatten().map(|s| s.table.len()).sum()
     }
 
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
@@ -313,28 +361,54 @@ impl IndexBuilder {
         let doc_base = self.documents;
         self.documents += rows as u64;
 
-        // Phase 3 (parallel by shard group): every task scans the batch in row order and
-        // counts the n-grams that fall in its shards, prefetching slots a few keys ahead.
-        let cfg = &self.cfg;
-        let docs = &docs;
-        let row_patient = &row_patient;
-        let pool = self.pool.clone();
-        let shards = &mut self.shards;
-        let mut work = move || {
-            let tasks = rayon::current_num_threads().clamp(1, SHARDS);
-            let mut groups: Vec<Vec<&mut Shard>> = (0..tasks).map(|_| Vec::new()).collect();
-            for (s, shard) in shards.iter_mut().enumerate() {
-                groups[s % tasks].push(shard);
+        // Phase 3: the documents of complete patients (the open one from the previous batch
+        // first), cut at patient boundaries into one contiguous range per worker, balanced by
+        // words; each worker counts its range into its own shards. The batch's last patient
+        // stays open, as its documents may continue in the next batch.
+        let mut units = std::mem::take(&mut self.open);
+        for (row, ids) in docs.into_iter().enumerate() {
+            units.push((ids, (doc_base + row as u64) as u32, row_patient[row]));
+        }
+        let last = units.last().map(|u| u.2).expect("rows > 0");
+        let keep = units.iter().rev().take_while(|u| u.2 == last).count();
+        self.open = units.split_off(units.len() - keep);
+        self.count_units(&units);
+        Ok(())
+    }
+
+    /// Count complete patients' documents: one contiguous range of whole patients per worker.
+    fn count_units(&mut self, units: &[(Vec<u32>, u32, u32)]) {
+        if units.is_empty() {
+            return;
+        }
+        let workers = self.install(rayon::current_num_threads).max(1);
+        while self.workers.len() < workers {
+            self.workers.push((0..SHARDS).map(|_| Shard::default()).collect());
+        }
+        // Cut points at patient boundaries near equal shares of words.
+        let total: usize = units.iter().map(|u| u.0.len() + 1).sum();
+        let mut cuts = vec![0usize];
+        let mut acc = 0usize;
+        for (i, u) in units.iter().enumerate() {
+            if i > 0 && u.2 != units[i - 1].2 && acc * workers >= total * cuts.len() {
+                cuts.push(i);
             }
-            groups.into_par_iter().enumerate().for_each(|(task, mut group)| {
-                count_batch(docs, row_patient, doc_base, cfg, task, tasks, &mut group);
+            acc += u.0.len() + 1;
+        }
+        cuts.push(units.len());
+        let cfg = &self.cfg;
+        let pool = self.pool.clone();
+        let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
+        let tables = &mut self.workers;
+        let work = move || {
+            tables.par_iter_mut().zip(ranges.into_par_iter()).for_each(|(shards, (a, b))| {
+                count_units(&units[a..b], cfg, shards);
             });
         };
         match pool {
             Some(p) => p.install(work),
             None => work(),
         }
-        Ok(())
     }
 
     /// Words of `rows` as vocabulary ids (`MISS` where unknown), with the misses: (position,
@@ -380,6 +454,8 @@ impl IndexBuilder {
             return Err(CoreError::Finished);
         }
         self.done = true;
+        let open = std::mem::take(&mut self.open);
+        self.count_units(&open);
         Ok(())
     }
 
@@ -406,7 +482,8 @@ impl IndexBuilder {
     #[allow(clippy::type_complexity)]
     fn sorted_entries(&mut self) -> Result<(Vec<(Key, Entry)>, FxHashMap<Key, Vec<u32>>)> {
         self.close()?;
-        let shards = std::mem::take(&mut self.shards);
+        let k = self.cfg.k;
+        let mut workers = std::mem::take(&mut self.workers);
         let vocab = &self.vocab;
         let build = || {
             let mut by_string: Vec<u32> = (0..vocab.len() as u32).collect();
@@ -425,6 +502,23 @@ impl IndexBuilder {
                 }
                 (n as u8, packed)
             };
+            // Workers counted disjoint patients: merge them shard by shard.
+            let mut shards: Vec<Shard> = if workers.is_empty() {
+                Vec::new()
+            } else {
+                workers.remove(0)
+            };
+            let mut others: Vec<Vec<Shard>> = (0..shards.len()).map(|_| Vec::new()).collect();
+            for worker in workers {
+                for (s, shard) in worker.into_iter().enumerate() {
+                    others[s].push(shard);
+                }
+            }
+            shards.par_iter_mut().zip(others.into_par_iter()).for_each(|(dst, srcs)| {
+                for src in srcs {
+                    dst.merge(src, k);
+                }
+            });
             let mut extra = FxHashMap::default();
             let mut entries: Vec<(Key, Entry)> = Vec::new();
             for shard in shards {
@@ -533,17 +627,9 @@ fn shard_of_hash(hash: u64) -> usize {
     (hash >> 58) as usize % SHARDS
 }
 
-/// Count, in row order, the n-grams of a batch that fall in one task's shards
-/// (`shard % tasks == task`; `group[shard / tasks]`).
-fn count_batch(
-    docs: &[Vec<u32>],
-    row_patient: &[u32],
-    doc_base: u64,
-    cfg: &IndexConfig,
-    task: usize,
-    tasks: usize,
-    group: &mut [&mut Shard],
-) {
+/// Count the n-grams of documents (word ids, document number, patient), in order, into one
+/// worker's shards, prefetching table slots a few updates ahead.
+fn count_units(units: &[(Vec<u32>, u32, u32)], cfg: &IndexConfig, shards: &mut [Shard]) {
     let filter = cfg.modulus > 1;
     let (m, r) = (cfg.modulus as u64, cfg.residue as u64);
     let pow2 = cfg.modulus.is_power_of_two();
@@ -551,33 +637,24 @@ fn count_batch(
         let h = partition_hash(key);
         (if pow2 { h & (m - 1) } else { h % m }) == r
     };
-    // Which shards are this task's, and where they sit in `group` (no division per key).
-    let mut local = [u8::MAX; SHARDS];
-    for (s, slot) in local.iter_mut().enumerate() {
-        if s % tasks == task {
-            *slot = (s / tasks) as u8;
-        }
-    }
     // A small FIFO of pending updates: the slot of each is prefetched when it enters.
     let mut ring = [(0 as Key, 0u64, 0u32, 0u32); AHEAD];
     let mut head = 0usize;
     let mut pending = 0usize;
-    for (row, ids) in docs.iter().enumerate() {
-        let doc = (doc_base + row as u64) as u32;
-        let patient = row_patient[row];
+    for (ids, doc, patient) in units {
+        let (doc, patient) = (*doc, *patient);
         for i in 0..ids.len() {
             let mut key: Key = 0;
             for n in 0..cfg.max_n.min(ids.len() - i) {
                 key |= ((ids[i + n] as u128) + 1) << (32 * n);
-                let h = key_hash(key);
-                let g = local[shard_of_hash(h)];
-                if g == u8::MAX || (filter && !in_partition(key)) {
+                if filter && !in_partition(key) {
                     continue;
                 }
-                group[g as usize].table.prefetch(h);
+                let h = key_hash(key);
+                shards[shard_of_hash(h)].table.prefetch(h);
                 if pending == AHEAD {
                     let (k0, h0, d0, p0) = ring[head];
-                    group[local[shard_of_hash(h0)] as usize].count(k0, h0, d0, p0, cfg.k);
+                    shards[shard_of_hash(h0)].count(k0, h0, d0, p0, cfg.k);
                     head = (head + 1) % AHEAD;
                     pending -= 1;
                 }
@@ -588,7 +665,7 @@ fn count_batch(
     }
     for j in 0..pending {
         let (k0, h0, d0, p0) = ring[(head + j) % AHEAD];
-        group[local[shard_of_hash(h0)] as usize].count(k0, h0, d0, p0, cfg.k);
+        shards[shard_of_hash(h0)].count(k0, h0, d0, p0, cfg.k);
     }
 }
 

@@ -1,0 +1,60 @@
+"""Type stubs of phisieve's Rust extension (kept by hand; see rust/py/src/lib.rs)."""
+
+from typing import Any
+
+import pyarrow as pa
+
+__version__: str
+
+class IndexBuilder:
+    """Builds the patient x term index from batches of documents grouped by patient.
+
+    Parameters
+    ----------
+    ngram
+        Count word n-grams for n = 1..ngram (1 to 4).
+    k
+        A term used by fewer than k patients is indirect; up to k patient ids are kept.
+    normalize
+        ``nfkc_lower``, ``nfkc``, ``nfc_lower``, ``nfc``, ``lower`` or ``none``.
+    modulus, residue
+        Count only the terms whose hash is ``residue`` modulo ``modulus``.
+    threads
+        Worker threads; 0 uses all cores.
+    """
+
+    def __init__(
+        self,
+        ngram: int = 1,
+        k: int = 2,
+        normalize: str = "nfkc_lower",
+        modulus: int = 1,
+        residue: int = 0,
+        threads: int = 0,
+    ) -> None: ...
+    def add(self, patient_ids: Any, texts: Any) -> None:
+        """Add one batch: Arrow string arrays, ``patient_ids[i]`` wrote ``texts[i]``."""
+    def memory_bytes(self) -> int:
+        """Approximate bytes the index holds."""
+    def totals(self) -> dict[str, int]:
+        """``documents``, ``tokens`` and ``patients`` seen so far."""
+    def patient_ids(self) -> list[str]:
+        """Every patient id seen, in order of first appearance."""
+    def finish(self) -> pa.Table:
+        """The ``terms`` table, sorted by (n, term); the builder cannot be used after."""
+
+class Marker:
+    """A blacklist of n-grams (normalised words joined by spaces) that marks protected words."""
+
+    def __init__(self, terms: Any, normalize: str = "nfkc_lower") -> None: ...
+    def __len__(self) -> int: ...
+    def mark(self, texts: Any, policy: str = "all") -> pa.Array:
+        """Per text, one flag per word: protected under ``all`` or ``minimal``."""
+    def counts(self, texts: Any) -> dict[str, int]:
+        """``words`` in the texts and how many the ``all`` and ``minimal`` policies protect."""
+
+def tokenize(texts: Any, normalize: str = "nfkc_lower") -> pa.RecordBatch:
+    """Words of each text: code-point ``starts``/``ends`` and normalised ``words``."""
+
+def normalize_word(word: str, normalize: str = "nfkc_lower") -> str:
+    """The term a single word becomes."""
