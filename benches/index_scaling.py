@@ -31,8 +31,12 @@ def run_phisieve(data: Path, ngram: int, budget: str | None) -> dict:
     report = IndexReport()
     t = phisieve.index(data, ngram=ngram, k=2, memory_budget=budget, report=report)
     indirect = sum(t.column("indirect").to_pylist())
-    return {"terms": t.num_rows, "indirect": indirect, "tokens": report.tokens,
-            "passes": report.passes}
+    return {
+        "terms": t.num_rows,
+        "indirect": indirect,
+        "tokens": report.tokens,
+        "passes": report.passes,
+    }
 
 
 def run_polars(data: Path, ngram: int) -> dict:
@@ -43,8 +47,11 @@ def run_polars(data: Path, ngram: int) -> dict:
 
     words = (
         pl.scan_parquet(parquet_files(data))
-        .select("doc_id", "patient_id", pl.col("text").str.to_lowercase().str.extract_all(WORD)
-                .alias("w"))
+        .select(
+            "doc_id",
+            "patient_id",
+            pl.col("text").str.to_lowercase().str.extract_all(WORD).alias("w"),
+        )
         .explode("w")
         .drop_nulls("w")
     )
@@ -52,15 +59,21 @@ def run_polars(data: Path, ngram: int) -> dict:
     for n in range(1, ngram + 1):
         parts = [pl.col("w").shift(-i).over("doc_id") for i in range(n)]
         grams.append(
-            words.select("doc_id", "patient_id", pl.concat_str(parts, separator=" ").alias("term"),
-                         pl.lit(n, pl.UInt8).alias("n"))
-            .drop_nulls("term")
+            words.select(
+                "doc_id",
+                "patient_id",
+                pl.concat_str(parts, separator=" ").alias("term"),
+                pl.lit(n, pl.UInt8).alias("n"),
+            ).drop_nulls("term")
         )
     terms = (
         pl.concat(grams)
         .group_by("n", "term")
-        .agg(patients=pl.col("patient_id").n_unique(), docs=pl.col("doc_id").n_unique(),
-             count=pl.len())
+        .agg(
+            patients=pl.col("patient_id").n_unique(),
+            docs=pl.col("doc_id").n_unique(),
+            count=pl.len(),
+        )
         .collect()
     )
     return {"terms": terms.height, "indirect": int((terms["patients"] < 2).sum())}
@@ -79,12 +92,13 @@ def run_python(data: Path, ngram: int) -> dict:
     docs: dict = defaultdict(int)
     count: dict = defaultdict(int)
     for batch in ds.dataset(parquet_files(data)).to_batches(columns=["patient_id", "text"]):
-        for pid, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+        pids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        for pid, text in zip(pids, texts, strict=True):
             ws = word.findall(text.lower())
             seen = set()
             for n in range(1, ngram + 1):
                 for i in range(len(ws) - n + 1):
-                    term = " ".join(ws[i:i + n])
+                    term = " ".join(ws[i : i + n])
                     count[term, n] += 1
                     patients[term, n].add(pid)
                     seen.add((term, n))
@@ -100,9 +114,11 @@ def child(args: argparse.Namespace) -> None:
 
     import phisieve  # noqa: F401
 
-    run = {"phisieve": lambda: run_phisieve(args.data, args.ngram, args.budget),
-           "polars": lambda: run_polars(args.data, args.ngram),
-           "python": lambda: run_python(args.data, args.ngram)}[args.run]
+    run = {
+        "phisieve": lambda: run_phisieve(args.data, args.ngram, args.budget),
+        "polars": lambda: run_polars(args.data, args.ngram),
+        "python": lambda: run_python(args.data, args.ngram),
+    }[args.run]
     best = float("inf")
     for _ in range(args.reps):
         start = time.perf_counter()
@@ -114,8 +130,18 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(method: str, data: Path, ngram: int, budget: str | None = None, reps: int = 1) -> dict:
-    cmd = [sys.executable, __file__, "--run", method, "--data", str(data), "--ngram", str(ngram),
-           "--reps", str(reps)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--run",
+        method,
+        "--data",
+        str(data),
+        "--ngram",
+        str(ngram),
+        "--reps",
+        str(reps),
+    ]
     if budget:
         cmd += ["--budget", budget]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -142,12 +168,20 @@ def main() -> None:
     p.add_argument("--data", type=Path)
     p.add_argument("--ngram", type=int, default=1)
     p.add_argument("--budget")
-    p.add_argument("--reps", type=int, default=3,
-                   help="runs of phisieve and polars (best kept); plain Python runs once")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=3,
+        help="runs of phisieve and polars (best kept); plain Python runs once",
+    )
     p.add_argument("--sizes", default="1e6,1e7", help="corpus sizes in tokens")
     p.add_argument("--ngrams", default="1,3")
-    p.add_argument("--anchors-max", type=float, default=1e7,
-                   help="run polars and plain Python only up to this many tokens")
+    p.add_argument(
+        "--anchors-max",
+        type=float,
+        default=1e7,
+        help="run polars and plain Python only up to this many tokens",
+    )
     p.add_argument("--root", type=Path, default=Path("bench_out"))
     args = p.parse_args()
     if args.run:
@@ -166,22 +200,30 @@ def main() -> None:
             tokens = base["tokens"]
             rows = [("phisieve", base)]
             if args.budget:
-                rows.append((f"phisieve --budget {args.budget}",
-                             measure("phisieve", data, ngram, args.budget, reps=args.reps)))
+                rows.append(
+                    (
+                        f"phisieve --budget {args.budget}",
+                        measure("phisieve", data, ngram, args.budget, reps=args.reps),
+                    )
+                )
             if size <= args.anchors_max:
                 rows.append(("polars expressions", measure("polars", data, ngram, reps=args.reps)))
                 rows.append(("plain python", measure("python", data, ngram)))
             for name, r in rows:
                 extra = f" passes={r['passes']}" if "passes" in r else ""
-                print(f"{tokens:>12,} {ngram:>2} {name:<22} {r['seconds']:>8.2f} "
-                      f"{tokens / r['seconds'] / 1e6:>8.2f} {r['peak_rss_mib']:>9.0f}{extra}")
+                print(
+                    f"{tokens:>12,} {ngram:>2} {name:<22} {r['seconds']:>8.2f} "
+                    f"{tokens / r['seconds'] / 1e6:>8.2f} {r['peak_rss_mib']:>9.0f}{extra}"
+                )
             for name, r in rows[1:]:
                 if name.startswith("phisieve"):
                     assert (r["terms"], r["indirect"]) == (base["terms"], base["indirect"])
                     continue
                 same = (r["terms"], r["indirect"]) == (base["terms"], base["indirect"])
-                print(f"{'':>15} phisieve / {name}: {r['seconds'] / base['seconds']:.1f}x faster"
-                      f"; same terms and indirect counts: {same}")
+                print(
+                    f"{'':>15} phisieve / {name}: {r['seconds'] / base['seconds']:.1f}x faster"
+                    f"; same terms and indirect counts: {same}"
+                )
             sys.stdout.flush()
 
 

@@ -60,13 +60,13 @@ def index(
                     seen.add(key)
                     ndocs[key] += 1
     return {
-        key: (len(patients[key]), ndocs[key], count[key], len(patients[key]) < k)
-        for key in count
+        key: (len(patients[key]), ndocs[key], count[key], len(patients[key]) < k) for key in count
     }
 
 
-def protected(text: str, blacklist: set[tuple[int, str]], ngram: int, policy: str,
-              mode: str = "nfkc_lower") -> list[bool]:
+def protected(
+    text: str, blacklist: set[tuple[int, str]], ngram: int, policy: str, mode: str = "nfkc_lower"
+) -> list[bool]:
     """Per word of ``text``: protected under ``policy`` by the (n, term) ``blacklist``."""
     ws = words(text, mode)
 
@@ -81,8 +81,6 @@ def protected(text: str, blacklist: set[tuple[int, str]], ngram: int, policy: st
             if policy == "all":
                 for j in range(i, i + n):
                     out[j] = True
-            elif n == 1 or not any(
-                bad(a, m) for m in range(1, n) for a in range(i, i + n - m + 1)
-            ):
+            elif n == 1 or not any(bad(a, m) for m in range(1, n) for a in range(i, i + n - m + 1)):
                 out[i + n - 1] = True
     return out

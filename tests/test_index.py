@@ -23,26 +23,47 @@ from . import reference
 # Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
 ANY_CHAR = st.characters(exclude_categories=("Cs", "Cn", "Co"))
 WORDY = st.sampled_from(
-    ["Dupont", "dupont", "DUPONT", "Zoë", "zoe\u0308", "ﬁbrosis", "ΟΔΟΣ", "οδος", "北京",
-     "7/22", "chest pain", "s/p", "Müller", "½", "\u037a", "Ⅻ", "nsr", "NSR.", "  ", "\n"]
+    [
+        "Dupont",
+        "dupont",
+        "DUPONT",
+        "Zoë",
+        "zoe\u0308",
+        "ﬁbrosis",
+        "ΟΔΟΣ",
+        "οδος",
+        "北京",
+        "7/22",
+        "chest pain",
+        "s/p",
+        "Müller",
+        "½",
+        "\u037a",
+        "Ⅻ",
+        "nsr",
+        "NSR.",
+        "  ",
+        "\n",
+    ]
 )
 TEXT = st.lists(st.one_of(WORDY, st.text(ANY_CHAR, max_size=6)), max_size=12).map(" ".join)
 
 
 def as_dict(table: pa.Table) -> dict:
     rows = table.to_pylist()
-    out = {(r["n"], r["term"]): (r["patients"], r["docs"], r["count"], r["indirect"])
-           for r in rows}
+    out = {(r["n"], r["term"]): (r["patients"], r["docs"], r["count"], r["indirect"]) for r in rows}
     assert len(out) == len(rows), "duplicate (n, term) rows"
     return out
 
 
 def docs_table(docs: list[tuple[str, str]]) -> pa.Table:
-    return pa.table({
-        "doc_id": [str(i) for i in range(len(docs))],
-        "patient_id": [p for p, _ in docs],
-        "text": pa.array([t for _, t in docs], pa.large_string()),
-    })
+    return pa.table(
+        {
+            "doc_id": [str(i) for i in range(len(docs))],
+            "patient_id": [p for p, _ in docs],
+            "text": pa.array([t for _, t in docs], pa.large_string()),
+        }
+    )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -60,8 +81,17 @@ def test_code_point_offsets_on_non_ascii() -> None:
     text = "Pt Zoë Müller (北京) DOB 7/22—cafe\u0301 🙂 end"
     batch = phisieve.tokenize([text])
     starts, ends = batch.column("starts")[0].as_py(), batch.column("ends")[0].as_py()
-    assert [text[s:e] for s, e in zip(starts, ends)] == [
-        "Pt", "Zoë", "Müller", "北京", "DOB", "7", "22", "cafe\u0301", "end"]
+    assert [text[s:e] for s, e in zip(starts, ends, strict=True)] == [
+        "Pt",
+        "Zoë",
+        "Müller",
+        "北京",
+        "DOB",
+        "7",
+        "22",
+        "cafe\u0301",
+        "end",
+    ]
     assert batch.column("words")[0].as_py()[:3] == ["pt", "zoë", "müller"]
 
 
@@ -74,8 +104,7 @@ def test_code_point_offsets_on_non_ascii() -> None:
     threads=st.sampled_from([1, 2]),
 )
 def test_index_matches_reference(docs, ngram, k, batch_size, threads) -> None:
-    got = phisieve.index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size,
-                         threads=threads)
+    got = phisieve.index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size, threads=threads)
     assert as_dict(got) == reference.index(docs, ngram=ngram, k=k)
     # patient_ids: up to k distinct ids of patients using the term.
     ids = {(r["n"], r["term"]): r["patient_ids"] for r in got.to_pylist()}
@@ -85,8 +114,11 @@ def test_index_matches_reference(docs, ngram, k, batch_size, threads) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(docs=st.lists(st.tuples(st.sampled_from("abc"), TEXT), min_size=1, max_size=10),
-       policy=st.sampled_from(["all", "minimal"]), ngram=st.integers(1, 3))
+@given(
+    docs=st.lists(st.tuples(st.sampled_from("abc"), TEXT), min_size=1, max_size=10),
+    policy=st.sampled_from(["all", "minimal"]),
+    ngram=st.integers(1, 3),
+)
 def test_marker_matches_reference(docs, policy, ngram) -> None:
     terms = phisieve.index(docs_table(docs), ngram=ngram)
     blacklist = {(r["n"], r["term"]) for r in terms.to_pylist() if r["indirect"]}
@@ -97,7 +129,8 @@ def test_marker_matches_reference(docs, policy, ngram) -> None:
 
 def physionet_rows(docs_dir: Path) -> list[tuple[str, str]]:
     table = pa.concat_tables(pq.read_table(f) for f in parquet_files(docs_dir))
-    return list(zip(table.column("patient_id").to_pylist(), table.column("text").to_pylist()))
+    pids, texts = table.column("patient_id").to_pylist(), table.column("text").to_pylist()
+    return list(zip(pids, texts, strict=True))
 
 
 @pytest.mark.parametrize("ngram", [1, 2])
@@ -116,12 +149,14 @@ def test_results_do_not_depend_on_threads_batches_or_budget(tmp_path: Path) -> N
     phisieve.synth(docs, patients=60, seed=3)
     whole = term_index.IndexReport()
     base = phisieve.index(docs, ngram=3, report=whole)
-    for kwargs in ({"threads": 1, "batch_size": 7}, {"threads": 2, "batch_size": 1000},
-                   {"threads": 3, "batch_size": 64}):
+    for kwargs in (
+        {"threads": 1, "batch_size": 7},
+        {"threads": 2, "batch_size": 1000},
+        {"threads": 3, "batch_size": 64},
+    ):
         assert phisieve.index(docs, ngram=3, **kwargs).equals(base)
     report = term_index.IndexReport()
-    small = phisieve.index(docs, ngram=3, memory_budget=whole.peak_index_bytes // 4,
-                           report=report)
+    small = phisieve.index(docs, ngram=3, memory_budget=whole.peak_index_bytes // 4, report=report)
     assert report.partitions > 1 and report.passes >= report.partitions
     assert small.equals(base)
 
@@ -132,8 +167,10 @@ def test_budget_too_small_for_the_vocabulary(tmp_path: Path) -> None:
     with pytest.raises(phisieve.MemoryBudgetExceeded):
         phisieve.index(docs, memory_budget=1000)
     with pytest.raises(phisieve.MemoryBudgetExceeded, match="one-shot stream"):
-        phisieve.index(pa.RecordBatchReader.from_batches(
-            *_reader_parts(phisieve.synth_batches(5, seed=1))), memory_budget=1000)
+        phisieve.index(
+            pa.RecordBatchReader.from_batches(*_reader_parts(phisieve.synth_batches(5, seed=1))),
+            memory_budget=1000,
+        )
 
 
 def _reader_parts(batches):
@@ -150,8 +187,9 @@ def test_ungrouped_input_is_sorted_or_refused(tmp_path: Path) -> None:
     path = tmp_path / "ungrouped.parquet"
     pq.write_table(docs_table(docs), path)
     assert as_dict(phisieve.index(path, ngram=2)) == reference.index(docs, ngram=2)
-    stream = pa.RecordBatchReader.from_batches(docs_table(docs).schema,
-                                               docs_table(docs).to_batches(max_chunksize=1))
+    stream = pa.RecordBatchReader.from_batches(
+        docs_table(docs).schema, docs_table(docs).to_batches(max_chunksize=1)
+    )
     with pytest.raises(phisieve.NotGroupedError, match="not grouped"):
         phisieve.index(stream)
 
@@ -168,18 +206,26 @@ def test_polars_and_stream_inputs() -> None:
 
 
 def test_shards_merge_exactly(tmp_path: Path) -> None:
-    docs = [(p, t) for p, t in [
-        ("a", "rare1 common shared2"), ("a", "common"), ("b", "common shared2 rare2"),
-        ("c", "common shared3"), ("c", "shared3 rare3"), ("d", "common shared3"),
-    ]]
+    docs = [
+        (p, t)
+        for p, t in [
+            ("a", "rare1 common shared2"),
+            ("a", "common"),
+            ("b", "common shared2 rare2"),
+            ("c", "common shared3"),
+            ("c", "shared3 rare3"),
+            ("d", "common shared3"),
+        ]
+    ]
     whole = phisieve.index(docs_table(docs), ngram=2)
     by_patient = [docs_table(docs[:2]), docs_table(docs[2:3]), docs_table(docs[3:])]
     merged = phisieve.merge_terms([phisieve.index(t, ngram=2) for t in by_patient])
     assert as_dict(merged) == as_dict(whole)
     # Shards that split patient c: indirect flags stay exact, counts below k exact.
     split = [docs_table(docs[:4]), docs_table(docs[4:])]
-    merged = phisieve.merge_terms([phisieve.index(t, ngram=2) for t in split],
-                                  patients_disjoint=False)
+    merged = phisieve.merge_terms(
+        [phisieve.index(t, ngram=2) for t in split], patients_disjoint=False
+    )
     want = reference.index(docs, ngram=2)
     got = as_dict(merged)
     assert got.keys() == want.keys()
@@ -250,8 +296,9 @@ def test_parse_size() -> None:
     assert term_index.parse_size(None) is None
 
 
-def test_cli_index_writes_terms_blacklist_and_stats(tmp_path: Path, physionet_docs: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_cli_index_writes_terms_blacklist_and_stats(
+    tmp_path: Path, physionet_docs: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "terms"
     main(["index", str(physionet_docs), "--k", "2", "--ngram", "2", "--out", str(out), "-q"])
     printed = capsys.readouterr().out

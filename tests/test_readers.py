@@ -1,4 +1,5 @@
-"""Tests of phisieve.readers (phisieve.ingest): every input format, its rejections, and the real PhysioNet corpus."""
+"""Tests of phisieve.readers (phisieve.ingest): every input format, its rejections, and the
+real PhysioNet corpus."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from phisieve import readers as ingest_mod
 from phisieve.errors import InputError
 from phisieve.readers import FORMATS, REASONS, Rejection, ingest, read_documents

@@ -17,9 +17,10 @@ def stub_names() -> dict[str, set[str]]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             names[node.name] = {
-                n.name for n in node.body
-                if isinstance(n, ast.FunctionDef) and (not n.name.startswith("_")
-                                                       or n.name == "__len__")
+                n.name
+                for n in node.body
+                if isinstance(n, ast.FunctionDef)
+                and (not n.name.startswith("_") or n.name == "__len__")
             }
         elif isinstance(node, ast.FunctionDef):
             names[node.name] = set()

@@ -62,8 +62,9 @@ def test_schema_and_columns(corpus: pa.Table) -> None:
 
 def test_admissions(corpus: pa.Table) -> None:
     adm: dict[str, set[str]] = defaultdict(set)
-    for pid, gid in zip(corpus["patient_id"].to_pylist(), corpus["group_id"].to_pylist(),
-                        strict=True):
+    for pid, gid in zip(
+        corpus["patient_id"].to_pylist(), corpus["group_id"].to_pylist(), strict=True
+    ):
         adm[pid].add(gid)
     assert all(1 <= len(g) <= 3 for g in adm.values())
     assert any(len(g) > 1 for g in adm.values())
@@ -82,8 +83,11 @@ def test_different_seed_differs(corpus: pa.Table) -> None:
 
 
 def test_split_by_first_patient_equals_whole(corpus: pa.Table) -> None:
-    parts = [table(50, seed=7), table(30, seed=7, first_patient=50),
-             table(40, seed=7, first_patient=80)]
+    parts = [
+        table(50, seed=7),
+        table(30, seed=7, first_patient=50),
+        table(40, seed=7, first_patient=80),
+    ]
     assert pa.concat_tables(parts).equals(corpus)
     tail = table(1, seed=7, first_patient=119)
     assert tail.equals(corpus.filter(pa.compute.equal(corpus["patient_id"], "10000119")))
@@ -109,14 +113,16 @@ def test_rows_grouped_by_patient(corpus: pa.Table) -> None:
 
 def test_notes_in_date_order(corpus: pa.Table) -> None:
     by_patient: dict[str, list[str]] = defaultdict(list)
-    for pid, day in zip(corpus["patient_id"].to_pylist(), corpus["chartdate"].to_pylist(),
-                        strict=True):
+    for pid, day in zip(
+        corpus["patient_id"].to_pylist(), corpus["chartdate"].to_pylist(), strict=True
+    ):
         by_patient[pid].append(day)
     assert all(days == sorted(days) for days in by_patient.values())
 
 
-@pytest.mark.parametrize(("npp", "wpn"), [((2, 8), (60, 400)), ((1, 3), (100, 120)),
-                                          ((5, 5), (60, 60))])
+@pytest.mark.parametrize(
+    ("npp", "wpn"), [((2, 8), (60, 400)), ((1, 3), (100, 120)), ((5, 5), (60, 60))]
+)
 def test_note_and_word_bounds(npp: tuple[int, int], wpn: tuple[int, int]) -> None:
     t = table(60, seed=1, notes_per_patient=npp, words_per_note=wpn)
     counts = Counter(t["patient_id"].to_pylist())
@@ -138,22 +144,42 @@ def test_placeholders_well_formed(corpus: pa.Table) -> None:
         assert text.count("[**") == len(found) == text.count("**]")
         marks += found
     joined = " ".join(marks)
-    for kind in ("Known lastname", "Known firstname", "Hospital1", "Hospital", "Location (un)",
-                 "First Name (Titles)", "Last Name (NamePattern1)", "Doctor First Name",
-                 "Doctor Last Name", "First Name8 (NamePattern2)", "Telephone/Fax (1)",
-                 "Numeric Identifier", "Clip Number (Radiology)", "Medical Record Number",
-                 "Street Address(2)", "E-mail address", "Month (only)", "Year (4 digits)"):
+    for kind in (
+        "Known lastname",
+        "Known firstname",
+        "Hospital1",
+        "Hospital",
+        "Location (un)",
+        "First Name (Titles)",
+        "Last Name (NamePattern1)",
+        "Doctor First Name",
+        "Doctor Last Name",
+        "First Name8 (NamePattern2)",
+        "Telephone/Fax (1)",
+        "Numeric Identifier",
+        "Clip Number (Radiology)",
+        "Medical Record Number",
+        "Street Address(2)",
+        "E-mail address",
+        "Month (only)",
+        "Year (4 digits)",
+    ):
         assert re.search(rf"\[\*\*{re.escape(kind)} \d+\*\*\]", joined), kind
-    for form in (r"\d{4}-\d{1,2}-\d{1,2}", r"\d{1,2}/\d{4}", r"\d{4}", r"\d{1,2}-\d{1,2}", " ",
-                 "Age over 90 "):
+    for form in (
+        r"\d{4}-\d{1,2}-\d{1,2}",
+        r"\d{1,2}/\d{4}",
+        r"\d{4}",
+        r"\d{1,2}-\d{1,2}",
+        " ",
+        "Age over 90 ",
+    ):
         assert any(re.fullmatch(rf"\[\*\*{form}\*\*\]", m) for m in marks), form
     assert sum(bool(PLACEHOLDER.search(t)) for t in texts) > len(texts) // 2
 
 
 def test_placeholder_ids_consistent_per_patient(corpus: pa.Table) -> None:
     ids: dict[str, set[str]] = defaultdict(set)
-    for pid, text in zip(corpus["patient_id"].to_pylist(), corpus["text"].to_pylist(),
-                         strict=True):
+    for pid, text in zip(corpus["patient_id"].to_pylist(), corpus["text"].to_pylist(), strict=True):
         ids[pid].update(re.findall(r"\[\*\*Known lastname (\d+)\*\*\]", text))
     assert all(len(v) <= 1 for v in ids.values())
     assert sum(len(v) for v in ids.values()) > 30
@@ -237,9 +263,16 @@ def test_empty_corpus(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{"patients": -1}, {"seed": -3}, {"notes_per_patient": (0, 2)},
-     {"notes_per_patient": (5, 2)}, {"words_per_note": (0, 10)}, {"words_per_note": (9, 3)},
-     {"first_patient": -1}, {"batch_rows": 0}],
+    [
+        {"patients": -1},
+        {"seed": -3},
+        {"notes_per_patient": (0, 2)},
+        {"notes_per_patient": (5, 2)},
+        {"words_per_note": (0, 10)},
+        {"words_per_note": (9, 3)},
+        {"first_patient": -1},
+        {"batch_rows": 0},
+    ],
 )
 def test_bad_arguments(kw: dict) -> None:
     args = {"patients": 3, **kw}

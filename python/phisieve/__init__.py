@@ -20,9 +20,9 @@ from .errors import (
     NotGroupedError,
     PhisieveError,
 )
-from .term_index import index, merge_terms, protected_share, read_terms, term_stats, write_index
 from .readers import ingest, read_documents
 from .synthetic import synth, synth_batches
+from .term_index import index, merge_terms, protected_share, read_terms, term_stats, write_index
 from .tokenize import normalize_word, tokenize
 
 __all__ = [

@@ -69,8 +69,17 @@ def ingest(
     documents dataset; bad rows go to OUT/_rejected with a reason."""
     from .readers import ingest as run
 
-    m = run(path, out, fmt, patient_col=patient_col, text_col=text_col, doc_col=doc_col,
-            group_col=group_col, id_map=id_map, progress=not quiet)
+    m = run(
+        path,
+        out,
+        fmt,
+        patient_col=patient_col,
+        text_col=text_col,
+        doc_col=doc_col,
+        group_col=group_col,
+        id_map=id_map,
+        progress=not quiet,
+    )
     out_console.print(
         f"read {m['rows_in']:,} rows: {m['rows']:,} documents written to {out}, "
         f"{m['rejected']:,} rejected"
@@ -85,8 +94,9 @@ def index(
     out: Out,
     k: Annotated[int, typer.Option("--k", help="Indirect: used by fewer than k patients.")] = 2,
     ngram: Annotated[int, typer.Option(help="Count word n-grams for n = 1..NGRAM.")] = 1,
-    normalize: Annotated[str, typer.Option(help="nfkc_lower, nfkc, nfc_lower, nfc, lower, none.")]
-    = "nfkc_lower",
+    normalize: Annotated[
+        str, typer.Option(help="nfkc_lower, nfkc, nfc_lower, nfc, lower, none.")
+    ] = "nfkc_lower",
     memory_budget: Annotated[
         str | None, typer.Option(help="e.g. 2GB: split terms into passes to stay under it.")
     ] = None,
@@ -101,9 +111,19 @@ def index(
     """Build the patient x term index: terms, blacklist.txt and stats.json in OUT."""
     from .term_index import write_index
 
-    stats = write_index(docs, out, k=k, ngram=ngram, normalize=normalize,
-                        patient_col=patient_col, text_col=text_col, memory_budget=memory_budget,
-                        threads=threads, policy_stats=policy_stats, progress=not quiet)
+    stats = write_index(
+        docs,
+        out,
+        k=k,
+        ngram=ngram,
+        normalize=normalize,
+        patient_col=patient_col,
+        text_col=text_col,
+        memory_budget=memory_budget,
+        threads=threads,
+        policy_stats=policy_stats,
+        progress=not quiet,
+    )
     print_index_summary(stats)
     out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
 
@@ -116,16 +136,29 @@ def print_index_summary(stats: dict[str, Any]) -> None:
         f"{stats['passes']} pass(es), index peak {stats['peak_index_bytes'] / 2**20:,.1f} MiB"
     )
     table = Table(title="indirect identifiers (terms used by fewer than k patients)")
-    for col in ("n", "distinct terms", "indirect", "share of terms", "share of occurrences",
-                "per patient: median", "p90", "max"):
+    for col in (
+        "n",
+        "distinct terms",
+        "indirect",
+        "share of terms",
+        "share of occurrences",
+        "per patient: median",
+        "p90",
+        "max",
+    ):
         table.add_column(col, justify="right")
     for n, s in stats["per_n"].items():
         q = s["identifiers_per_patient"]
-        table.add_row(n, f"{s['distinct_terms']:,}", f"{s['indirect_terms']:,}",
-                      f"{s['share_distinct_indirect']:.1%}",
-                      f"{s['share_occurrences_indirect']:.2%}",
-                      f"{q.get('q50', 0):,.0f}", f"{q.get('q90', 0):,.0f}",
-                      f"{q.get('q100', 0):,.0f}")
+        table.add_row(
+            n,
+            f"{s['distinct_terms']:,}",
+            f"{s['indirect_terms']:,}",
+            f"{s['share_distinct_indirect']:.1%}",
+            f"{s['share_occurrences_indirect']:.2%}",
+            f"{q.get('q50', 0):,.0f}",
+            f"{q.get('q90', 0):,.0f}",
+            f"{q.get('q100', 0):,.0f}",
+        )
     out_console.print(table)
     share = stats.get("protected_share")
     if share:
@@ -142,8 +175,8 @@ def demo(
     ngram: Annotated[int, typer.Option(help="n-gram length for the index.")] = 2,
 ) -> None:
     """Synthetic corpus -> patient x term index -> summary, end to end."""
-    from .term_index import write_index
     from .synthetic import synth as run_synth
+    from .term_index import write_index
 
     out_console.rule("[bold]1. synthetic corpus")
     manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True)

@@ -85,7 +85,9 @@ class DatasetWriter:
         if self._pending_rows >= self.rows_per_part or self._pending_bytes >= self.bytes_per_part:
             self._flush()
 
-    def reject(self, source: str, rows: Iterable[int], reason: str, column: str | None = None) -> None:
+    def reject(
+        self, source: str, rows: Iterable[int], reason: str, column: str | None = None
+    ) -> None:
         """Record rejected rows (by their row number in ``source``) with a reason."""
         rows = list(rows)
         if not rows:
@@ -198,8 +200,9 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
                 "expected a Parquet dataset folder or .parquet file (run `phisieve ingest` first)",
                 path=path,
             )
-        return _dataset_source(pads.dataset(parquet_files(path), format="parquet"), batch_size,
-                               str(path))
+        return _dataset_source(
+            pads.dataset(parquet_files(path), format="parquet"), batch_size, str(path)
+        )
     if isinstance(source, pads.Dataset):
         return _dataset_source(source, batch_size, "dataset")
     if isinstance(source, pa.RecordBatch):

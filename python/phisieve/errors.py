@@ -44,8 +44,7 @@ class MissingDependencyError(PhisieveError, ImportError):
 
     def __init__(self, package: str, extra: str) -> None:
         super().__init__(
-            f"this feature needs the optional package {package!r}: "
-            f"pip install 'phisieve[{extra}]'"
+            f"this feature needs the optional package {package!r}: pip install 'phisieve[{extra}]'"
         )
 
 

@@ -26,8 +26,14 @@ def progress_bar(
     if not enabled:
         yield lambda n: None
         return
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, console=_console, transient=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

@@ -535,18 +535,26 @@ _PATIENT_LINES = {
 
 # Lines carrying words that only one patient (or a few neighbours) uses: {w} is the word.
 _RARE_LINES = {
-    "pet": ("Pt asking about her dog {w}, {rel} caring for him at home.",
-            "Pt's cat {w} being cared for by neighbor.",
-            "Pt talking about his dog {w}, seems to calm him."),
-    "town": ("Pt originally from {w}, moved here many years ago.",
-             "{rel} drove in from {w} to visit.",
-             "Pt states he grew up in {w}."),
-    "kin": ("{rel} {w} called, updated on plan of care.",
-            "Pt's godson {w} at bedside this afternoon.",
-            "Friend {w} brought in home meds."),
-    "drug": ("Home meds also include {w} 10 mg daily, prescribed abroad.",
-             "Pt reports taking {w} for joint pain, pharmacy unable to verify.",
-             "Allergic to {w} per outside records."),
+    "pet": (
+        "Pt asking about her dog {w}, {rel} caring for him at home.",
+        "Pt's cat {w} being cared for by neighbor.",
+        "Pt talking about his dog {w}, seems to calm him.",
+    ),
+    "town": (
+        "Pt originally from {w}, moved here many years ago.",
+        "{rel} drove in from {w} to visit.",
+        "Pt states he grew up in {w}.",
+    ),
+    "kin": (
+        "{rel} {w} called, updated on plan of care.",
+        "Pt's godson {w} at bedside this afternoon.",
+        "Friend {w} brought in home meds.",
+    ),
+    "drug": (
+        "Home meds also include {w} 10 mg daily, prescribed abroad.",
+        "Pt reports taking {w} for joint pain, pharmacy unable to verify.",
+        "Allergic to {w} per outside records.",
+    ),
 }
 _SHARED_LINES = (
     "Pt attends the {w} senior center.",
@@ -1019,8 +1027,9 @@ def _patient_notes(seed: int, i: int, npp: tuple[int, int], wpn: tuple[int, int]
     return notes
 
 
-def _check(patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int],
-           first: int = 0) -> None:
+def _check(
+    patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int], first: int = 0
+) -> None:
     for name, x in (("patients", patients), ("seed", seed), ("first_patient", first)):
         if not isinstance(x, (int, np.integer)) or isinstance(x, bool) or x < 0:
             raise InputError(f"{name} must be a non-negative integer")
@@ -1030,8 +1039,9 @@ def _check(patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int],
         raise InputError("words_per_note must be (lo, hi) with 1 <= lo <= hi")
 
 
-def _rows(patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int],
-          first: int) -> Iterator[tuple[int, list[tuple]]]:
+def _rows(
+    patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int], first: int
+) -> Iterator[tuple[int, list[tuple]]]:
     npp, wpn = (int(npp[0]), int(npp[1])), (int(wpn[0]), int(wpn[1]))
     seed, first = int(seed), int(first)
     for i in range(first, first + int(patients)):
@@ -1088,8 +1098,9 @@ def synth_batches(
     return _to_batches(rows, batch_rows)
 
 
-def _to_batches(rows: Iterator[tuple[int, list[tuple]]], batch_rows: int
-                ) -> Iterator[pa.RecordBatch]:
+def _to_batches(
+    rows: Iterator[tuple[int, list[tuple]]], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     cols: list[list] = [[] for _ in range(6)]
     for i, notes in rows:
         pid = str(10_000_000 + i)
@@ -1185,9 +1196,13 @@ def synth(
         raise InputError(f"unknown synth format {fmt!r} (expected 'parquet' or 'mimic-csv')")
     _check(patients, seed, notes_per_patient, words_per_note)
     out = Path(out)
-    stats = {"patients": patients, "seed": seed, "format": fmt,
-             "notes_per_patient": list(notes_per_patient),
-             "words_per_note": list(words_per_note)}
+    stats = {
+        "patients": patients,
+        "seed": seed,
+        "format": fmt,
+        "notes_per_patient": list(notes_per_patient),
+        "words_per_note": list(words_per_note),
+    }
     with progress_bar("synth", total=patients, unit="patients", enabled=progress) as tick:
         rows = _rows(patients, seed, notes_per_patient, words_per_note, 0)
         if fmt == "mimic-csv":

@@ -33,8 +33,18 @@ MAX_PARTITIONS = 4096
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "m": 1e6,
+    "g": 1e9,
+    "t": 1e12,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+}
 
 
 def parse_size(size: int | str | None) -> int | None:
@@ -67,8 +77,11 @@ def _string(col: pa.Array) -> pa.Array:
         col = col.combine_chunks()
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
-            or pa.types.is_string_view(col.type)):
+    if not (
+        pa.types.is_string(col.type)
+        or pa.types.is_large_string(col.type)
+        or pa.types.is_string_view(col.type)
+    ):
         col = col.cast(pa.string())
     return col
 
@@ -100,14 +113,20 @@ def _sorted_copy(src: BatchSource, patient_col: str, text_col: str, tmp: Path) -
         pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
     else:
         lf = pl.scan_parquet(parquet_files(Path(src.name))).select(
-            pl.col(patient_col).cast(pl.String), pl.col(text_col))
+            pl.col(patient_col).cast(pl.String), pl.col(text_col)
+        )
         lf.sort(patient_col, maintain_order=True).sink_parquet(out)
     return open_source(out)
 
 
 def _run_pass(
-    src: BatchSource, cols: list[str], builder: _core.IndexBuilder, budget: int | None,
-    report: IndexReport, label: str, show: bool,
+    src: BatchSource,
+    cols: list[str],
+    builder: _core.IndexBuilder,
+    budget: int | None,
+    report: IndexReport,
+    label: str,
+    show: bool,
 ) -> bool:
     """Feed every batch to ``builder``; False when it outgrew ``budget``."""
     with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
@@ -187,8 +206,14 @@ def index(
         parts: list[pa.Table] = []
         while pending:
             modulus, residue = pending.pop(0)
-            builder = _core.IndexBuilder(ngram=ngram, k=k, normalize=normalize,
-                                         modulus=modulus, residue=residue, threads=threads)
+            builder = _core.IndexBuilder(
+                ngram=ngram,
+                k=k,
+                normalize=normalize,
+                modulus=modulus,
+                residue=residue,
+                threads=threads,
+            )
             label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
             report.passes += 1
             try:
@@ -196,17 +221,20 @@ def index(
             except NotGroupedError:
                 raise NotGroupedError(
                     "documents are not grouped by patient and a one-shot stream cannot be "
-                    "sorted: pass a table or a dataset path instead", column=patient_col,
+                    "sorted: pass a table or a dataset path instead",
+                    column=patient_col,
                 ) from None
             if not fits:
                 if not src.reiterable:
                     raise MemoryBudgetExceeded(
                         "the index outgrew the memory budget and a one-shot stream cannot be "
-                        "read again: pass a table or a dataset path instead")
+                        "read again: pass a table or a dataset path instead"
+                    )
                 if modulus * 2 > MAX_PARTITIONS:
                     raise MemoryBudgetExceeded(
                         f"the index does not fit in {budget} bytes even split into "
-                        f"{modulus} partitions (the word vocabulary alone may be larger)")
+                        f"{modulus} partitions (the word vocabulary alone may be larger)"
+                    )
                 pending += [(modulus * 2, residue), (modulus * 2, residue + modulus)]
                 continue
             parts.append(builder.finish())
@@ -221,8 +249,9 @@ def index(
     return table.sort_by([("n", "ascending"), ("term", "ascending")])
 
 
-def merge_terms(tables: Sequence[pa.Table], *, k: int = 2,
-                patients_disjoint: bool = True) -> pa.Table:
+def merge_terms(
+    tables: Sequence[pa.Table], *, k: int = 2, patients_disjoint: bool = True
+) -> pa.Table:
     """Merge partial ``terms`` tables (indexes of shards of a corpus) into one.
 
     Parameters
@@ -250,8 +279,11 @@ def merge_terms(tables: Sequence[pa.Table], *, k: int = 2,
         patients = pl.col("patients").sum()
     else:
         union = ids.len()
-        patients = pl.when(union < k).then(union).otherwise(
-            pl.max_horizontal(pl.col("patients").max(), union))
+        patients = (
+            pl.when(union < k)
+            .then(union)
+            .otherwise(pl.max_horizontal(pl.col("patients").max(), union))
+        )
     merged = (
         df.group_by(["term", "n"], maintain_order=True)
         .agg(
@@ -278,13 +310,17 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {}
     qs = np.quantile(values, QUANTILES)
-    out = {f"q{int(q * 100):02d}": float(v) for q, v in zip(QUANTILES, qs)}
+    out = {f"q{int(q * 100):02d}": float(v) for q, v in zip(QUANTILES, qs, strict=True)}
     out["mean"] = float(values.mean())
     return out
 
 
 def term_stats(
-    terms: pa.Table, *, k: int, patient_ids: Iterable[str], tokens: int | None = None,
+    terms: pa.Table,
+    *,
+    k: int,
+    patient_ids: Iterable[str],
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """What the papers plot: shares of indirect terms and occurrences, identifiers per patient.
 
@@ -308,8 +344,10 @@ def term_stats(
         occ = int(part["count"].sum())
         occ_ind = int(indirect["count"].sum()) if indirect.height else 0
         owners = (
-            indirect.select(pl.col("patient_ids").alias("patient")).explode("patient")
-            .group_by("patient").len()
+            indirect.select(pl.col("patient_ids").alias("patient"))
+            .explode("patient")
+            .group_by("patient")
+            .len()
         )
         counts = all_patients.join(owners, on="patient", how="left").fill_null(0)["len"]
         per_n[str(n)] = {
@@ -331,8 +369,13 @@ def term_stats(
 
 
 def protected_share(
-    source: Any, terms: pa.Table, *, normalize: str = "nfkc_lower", text_col: str = "text",
-    batch_size: int = 16_384, progress: bool = False,
+    source: Any,
+    terms: pa.Table,
+    *,
+    normalize: str = "nfkc_lower",
+    text_col: str = "text",
+    batch_size: int = 16_384,
+    progress: bool = False,
 ) -> dict[str, float | int]:
     """Share of word occurrences each n-gram policy protects.
 
@@ -344,8 +387,9 @@ def protected_share(
     src = open_source(source, batch_size=batch_size)
     require_columns(src.schema, [text_col], src.name)
     words = prot_all = prot_min = 0
-    with progress_bar("protected share", total=src.num_rows, unit="docs",
-                      enabled=progress) as advance:
+    with progress_bar(
+        "protected share", total=src.num_rows, unit="docs", enabled=progress
+    ) as advance:
         for batch in src.batches([text_col]):
             c = m.counts(_string(batch.column(0)))
             words += c["words"]
@@ -360,26 +404,55 @@ def protected_share(
 
 
 def write_index(
-    source: Any, out: str | Path, *, k: int = 2, ngram: int = 1, normalize: str = "nfkc_lower",
-    patient_col: str = "patient_id", text_col: str = "text", memory_budget: int | str | None = None,
-    threads: int = 0, batch_size: int = 16_384, policy_stats: bool = True, progress: bool = False,
+    source: Any,
+    out: str | Path,
+    *,
+    k: int = 2,
+    ngram: int = 1,
+    normalize: str = "nfkc_lower",
+    patient_col: str = "patient_id",
+    text_col: str = "text",
+    memory_budget: int | str | None = None,
+    threads: int = 0,
+    batch_size: int = 16_384,
+    policy_stats: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Index ``source`` and write ``out/``: the ``terms`` dataset, ``blacklist.txt`` (the
     indirect terms, one per line) and ``stats.json``. Returns the statistics."""
     report = IndexReport()
-    terms = index(source, k=k, ngram=ngram, normalize=normalize, patient_col=patient_col,
-                  text_col=text_col, memory_budget=memory_budget, threads=threads,
-                  batch_size=batch_size, progress=progress, report=report)
+    terms = index(
+        source,
+        k=k,
+        ngram=ngram,
+        normalize=normalize,
+        patient_col=patient_col,
+        text_col=text_col,
+        memory_budget=memory_budget,
+        threads=threads,
+        batch_size=batch_size,
+        progress=progress,
+        report=report,
+    )
     stats = term_stats(terms, k=k, patient_ids=report.patient_ids, tokens=report.tokens)
     stats.update(
-        documents=report.documents, ngram=ngram, normalize=normalize,
-        passes=report.passes, partitions=report.partitions, sorted_input=report.sorted_input,
+        documents=report.documents,
+        ngram=ngram,
+        normalize=normalize,
+        passes=report.passes,
+        partitions=report.partitions,
+        sorted_input=report.sorted_input,
         peak_index_bytes=report.peak_index_bytes,
     )
     if policy_stats:
         stats["protected_share"] = protected_share(
-            source, terms, normalize=normalize, text_col=text_col, batch_size=batch_size,
-            progress=progress)
+            source,
+            terms,
+            normalize=normalize,
+            text_col=text_col,
+            batch_size=batch_size,
+            progress=progress,
+        )
     out = Path(out)
     writer = DatasetWriter(out, terms.schema, rows_per_part=1_000_000)
     writer.write(terms)

@@ -20,9 +20,9 @@
 
 use crate::error::{CoreError, Result};
 use crate::normalize::Normalizer;
+use crate::table::{key_hash, Entry, Table};
 use crate::text::StrCol;
 use crate::vocab::{hash_str, Vocab};
-use crate::table::{key_hash, Entry, Table};
 use crate::words::for_each_word;
 use crate::MAX_N;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -152,9 +152,14 @@ impl Shard {
     /// Add the totals of a shard that counted other patients (all after this shard's own
     /// within each worker, but interleaved across workers: owners are merged by index).
     fn merge(&mut self, other: Shard, k: u32) {
-        let Shard { table, mut extra_owners } = other;
-        let incoming: Vec<(Key, u64, Entry)> =
-            table.into_entries().map(|(key, e)| (key, key_hash(key), e)).collect();
+        let Shard {
+            table,
+            mut extra_owners,
+        } = other;
+        let incoming: Vec<(Key, u64, Entry)> = table
+            .into_entries()
+            .map(|(key, e)| (key, key_hash(key), e))
+            .collect();
         for (i, &(key, hash, o)) in incoming.iter().enumerate() {
             if let Some(ahead) = incoming.get(i + AHEAD) {
                 self.table.prefetch(ahead.1);
@@ -315,7 +320,10 @@ impl IndexBuilder {
         // Patient of each row, checking that each patient's rows are contiguous.
         let mut row_patient: Vec<u32> = Vec::with_capacity(rows);
         for row in 0..rows {
-            let pid = pids.get(row).ok_or(CoreError::Null { what: "patient_id", row })?;
+            let pid = pids.get(row).ok_or(CoreError::Null {
+                what: "patient_id",
+                row,
+            })?;
             if texts.get(row).is_none() {
                 return Err(CoreError::Null { what: "text", row });
             }
@@ -329,7 +337,10 @@ impl IndexBuilder {
                 }
                 if self.finished_patients[p as usize] {
                     self.done = true;
-                    return Err(CoreError::NotGrouped { batch: batch_no, row });
+                    return Err(CoreError::NotGrouped {
+                        batch: batch_no,
+                        row,
+                    });
                 }
                 self.last_patient = Some(p);
             }
@@ -383,7 +394,8 @@ impl IndexBuilder {
         }
         let workers = self.install(rayon::current_num_threads).max(1);
         while self.workers.len() < workers {
-            self.workers.push((0..SHARDS).map(|_| Shard::default()).collect());
+            self.workers
+                .push((0..SHARDS).map(|_| Shard::default()).collect());
         }
         // Cut points at patient boundaries near equal shares of words.
         let total: usize = units.iter().map(|u| u.0.len() + 1).sum();
@@ -401,9 +413,12 @@ impl IndexBuilder {
         let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
         let tables = &mut self.workers;
         let work = move || {
-            tables.par_iter_mut().zip(ranges.into_par_iter()).for_each(|(shards, (a, b))| {
-                count_units(&units[a..b], cfg, shards);
-            });
+            tables
+                .par_iter_mut()
+                .zip(ranges.into_par_iter())
+                .for_each(|(shards, (a, b))| {
+                    count_units(&units[a..b], cfg, shards);
+                });
         };
         match pool {
             Some(p) => p.install(work),
@@ -470,7 +485,9 @@ impl IndexBuilder {
 
     /// Every patient id seen, in order of first appearance.
     pub fn patient_ids(&self) -> Vec<String> {
-        (0..self.patients.len() as u32).map(|i| self.patients.get(i).to_owned()).collect()
+        (0..self.patients.len() as u32)
+            .map(|i| self.patients.get(i).to_owned())
+            .collect()
     }
 
     /// Merge the shards into one list of (key, totals), sorted by (n, term), and the owners
@@ -514,11 +531,14 @@ impl IndexBuilder {
                     others[s].push(shard);
                 }
             }
-            shards.par_iter_mut().zip(others.into_par_iter()).for_each(|(dst, srcs)| {
-                for src in srcs {
-                    dst.merge(src, k);
-                }
-            });
+            shards
+                .par_iter_mut()
+                .zip(others.into_par_iter())
+                .for_each(|(dst, srcs)| {
+                    for src in srcs {
+                        dst.merge(src, k);
+                    }
+                });
             let mut extra = FxHashMap::default();
             let mut entries: Vec<(Key, Entry)> = Vec::new();
             for shard in shards {
@@ -534,7 +554,10 @@ impl IndexBuilder {
                 })
                 .collect();
             order.par_sort_unstable();
-            let sorted = order.par_iter().map(|&(_, _, i)| entries[i as usize]).collect();
+            let sorted = order
+                .par_iter()
+                .map(|&(_, _, i)| entries[i as usize])
+                .collect();
             (sorted, extra)
         };
         Ok(self.install(build))
@@ -549,7 +572,11 @@ impl IndexBuilder {
     ) -> impl Iterator<Item = u32> + 'a {
         let k = self.cfg.k;
         let inline = e.patients.min(k).min(2) as usize;
-        let more = if k > 2 { extra.get(&key).map_or(&[][..], |v| v.as_slice()) } else { &[] };
+        let more = if k > 2 {
+            extra.get(&key).map_or(&[][..], |v| v.as_slice())
+        } else {
+            &[]
+        };
         e.owners[..inline].iter().chain(more.iter()).copied()
     }
 
@@ -607,12 +634,22 @@ impl IndexBuilder {
             }
             let columns: Vec<ArrayRef> = vec![
                 Arc::new(terms.finish()),
-                Arc::new(UInt8Array::from_iter_values(chunk.iter().map(|e| key_len(e.0) as u8))),
-                Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.patients))),
-                Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|e| e.1.docs))),
-                Arc::new(UInt64Array::from_iter_values(chunk.iter().map(|e| e.1.count))),
+                Arc::new(UInt8Array::from_iter_values(
+                    chunk.iter().map(|e| key_len(e.0) as u8),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    chunk.iter().map(|e| e.1.patients),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    chunk.iter().map(|e| e.1.docs),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    chunk.iter().map(|e| e.1.count),
+                )),
                 Arc::new(BooleanArray::from(vec![false; chunk.len()])),
-                Arc::new(BooleanArray::from_iter(chunk.iter().map(|e| Some(e.1.patients < k)))),
+                Arc::new(BooleanArray::from_iter(
+                    chunk.iter().map(|e| Some(e.1.patients < k)),
+                )),
                 Arc::new(ids.finish()),
             ];
             RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
@@ -698,10 +735,7 @@ mod tests {
     }
 
     /// A plain reference: per (n, term) -> (patients, docs, count).
-    fn reference(
-        docs: &[(&str, &str)],
-        max_n: usize,
-    ) -> BTreeMap<(u8, String), (u32, u32, u64)> {
+    fn reference(docs: &[(&str, &str)], max_n: usize) -> BTreeMap<(u8, String), (u32, u32, u64)> {
         let norm = Normalizer::default();
         let mut pats: BTreeMap<(u8, String), BTreeSet<String>> = BTreeMap::new();
         let mut out: BTreeMap<(u8, String), (u32, u32, u64)> = BTreeMap::new();
@@ -755,11 +789,18 @@ mod tests {
                     for modulus in [1u32, 3] {
                         got_all.clear();
                         for residue in 0..modulus {
-                            let cfg = IndexConfig { max_n, modulus, residue, threads, ..Default::default() };
+                            let cfg = IndexConfig {
+                                max_n,
+                                modulus,
+                                residue,
+                                threads,
+                                ..Default::default()
+                            };
                             got_all.extend(run(DOCS, cfg, batch));
                         }
                         if modulus == 1 {
-                            let order: Vec<_> = got_all.iter().map(|r| (r.n, r.term.clone())).collect();
+                            let order: Vec<_> =
+                                got_all.iter().map(|r| (r.n, r.term.clone())).collect();
                             let mut sorted = order.clone();
                             sorted.sort();
                             assert_eq!(order, sorted, "rows sorted by (n, term)");
@@ -769,7 +810,10 @@ mod tests {
                             .map(|r| ((r.n, r.term.clone()), (r.patients, r.docs, r.count)))
                             .collect();
                         assert_eq!(got.len(), got_all.len());
-                        assert_eq!(got, want, "n={max_n} batch={batch} threads={threads} m={modulus}");
+                        assert_eq!(
+                            got, want,
+                            "n={max_n} batch={batch} threads={threads} m={modulus}"
+                        );
                     }
                 }
             }
@@ -781,14 +825,20 @@ mod tests {
         let rows = run(DOCS, IndexConfig::default(), 2);
         let get = |t: &str| rows.iter().find(|r| r.term == t).unwrap().clone();
         let dupont = get("dupont");
-        assert_eq!((dupont.patients, dupont.docs, dupont.count, dupont.indirect), (2, 2, 3, false));
+        assert_eq!(
+            (dupont.patients, dupont.docs, dupont.count, dupont.indirect),
+            (2, 2, 3, false)
+        );
         assert_eq!(dupont.patient_ids, ["p1", "p2"]);
         let nsr = get("nsr");
         assert!(nsr.indirect);
         assert_eq!(nsr.patient_ids, ["p3"]);
         let zoe = get("zoë");
         assert_eq!((zoe.patients, zoe.indirect), (2, false));
-        let cfg = IndexConfig { k: 4, ..Default::default() };
+        let cfg = IndexConfig {
+            k: 4,
+            ..Default::default()
+        };
         let rows = run(DOCS, cfg, 5);
         let chest = rows.iter().find(|r| r.term == "chest").unwrap();
         assert_eq!(chest.patient_ids, ["p1", "p2", "p3"]);
@@ -805,14 +855,32 @@ mod tests {
 
     #[test]
     fn bad_arguments() {
-        assert!(IndexBuilder::new(IndexConfig { max_n: 5, ..Default::default() }).is_err());
-        assert!(IndexBuilder::new(IndexConfig { k: 0, ..Default::default() }).is_err());
-        let cfg = IndexConfig { modulus: 2, residue: 2, ..Default::default() };
+        assert!(IndexBuilder::new(IndexConfig {
+            max_n: 5,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(IndexBuilder::new(IndexConfig {
+            k: 0,
+            ..Default::default()
+        })
+        .is_err());
+        let cfg = IndexConfig {
+            modulus: 2,
+            residue: 2,
+            ..Default::default()
+        };
         assert!(IndexBuilder::new(cfg).is_err());
         let mut b = IndexBuilder::new(IndexConfig::default()).unwrap();
         let nulls: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None]));
         let err = b.add(&nulls, &arr(&["x", "y"])).unwrap_err();
-        assert_eq!(err, CoreError::Null { what: "patient_id", row: 1 });
+        assert_eq!(
+            err,
+            CoreError::Null {
+                what: "patient_id",
+                row: 1
+            }
+        );
     }
 
     #[test]

@@ -56,7 +56,10 @@ pub struct ProtectedCounts {
 impl Marker {
     /// An empty blacklist for text normalised by `normalizer`.
     pub fn new(normalizer: Normalizer) -> Self {
-        Self { normalizer, ..Default::default() }
+        Self {
+            normalizer,
+            ..Default::default()
+        }
     }
 
     /// Blacklist a term: normalised words joined by single spaces (1 to 4 words).
@@ -144,7 +147,11 @@ impl Marker {
     pub fn counts(&self, text: &str) -> ProtectedCounts {
         let (len, table) = self.table(text);
         let count = |p| self.apply(len, &table, p).iter().filter(|&&f| f).count() as u64;
-        ProtectedCounts { words: len as u64, all: count(Policy::All), minimal: count(Policy::Minimal) }
+        ProtectedCounts {
+            words: len as u64,
+            all: count(Policy::All),
+            minimal: count(Policy::Minimal),
+        }
     }
 }
 
@@ -162,8 +169,18 @@ mod tests {
         assert_eq!(m.mark(text, Policy::All), [true, true, true, true, true]);
         // "pain today" is minimal (its words are not blacklisted), "chest pain today" is not
         // (it contains "pain today"); "dupont visited" contains "dupont".
-        assert_eq!(m.mark(text, Policy::Minimal), [false, false, true, true, false]);
-        assert_eq!(m.counts(text), ProtectedCounts { words: 5, all: 5, minimal: 2 });
+        assert_eq!(
+            m.mark(text, Policy::Minimal),
+            [false, false, true, true, false]
+        );
+        assert_eq!(
+            m.counts(text),
+            ProtectedCounts {
+                words: 5,
+                all: 5,
+                minimal: 2
+            }
+        );
         assert_eq!(m.mark("", Policy::All), Vec::<bool>::new());
         assert!(m.insert("a b c d e").is_err());
     }

@@ -24,7 +24,10 @@ pub struct Normalizer {
 
 impl Default for Normalizer {
     fn default() -> Self {
-        Self { form: Form::Nfkc, lowercase: true }
+        Self {
+            form: Form::Nfkc,
+            lowercase: true,
+        }
     }
 }
 
@@ -65,7 +68,11 @@ impl Normalizer {
             Form::Nfc => word.nfc().collect(),
             Form::Nfkc => word.nfkc().collect(),
         };
-        let cased = if self.lowercase { formed.to_lowercase() } else { formed };
+        let cased = if self.lowercase {
+            formed.to_lowercase()
+        } else {
+            formed
+        };
         out.extend(cased.chars().filter(|&c| c != ' '));
     }
 

@@ -56,16 +56,11 @@ pub fn key_hash(key: Key) -> u64 {
 }
 
 /// A hash table from n-gram keys to [`Entry`].
+#[derive(Default)]
 pub struct Table {
     slots: Vec<Slot>,
     mask: usize,
     len: usize,
-}
-
-impl Default for Table {
-    fn default() -> Self {
-        Self { slots: Vec::new(), mask: 0, len: 0 }
-    }
 }
 
 impl Table {
@@ -91,7 +86,9 @@ impl Table {
         {
             let p = self.slots.as_ptr().wrapping_add(hash as usize & self.mask);
             // SAFETY: prefetching is a hint; it never faults, whatever the address.
-            unsafe { core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0) };
+            unsafe {
+                core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+            };
         }
     }
 
@@ -131,7 +128,10 @@ impl Table {
 
     /// Every (key, entry), in slot order.
     pub fn into_entries(self) -> impl Iterator<Item = (Key, Entry)> {
-        self.slots.into_iter().filter(|s| s.key != 0).map(|s| (s.key, s.entry))
+        self.slots
+            .into_iter()
+            .filter(|s| s.key != 0)
+            .map(|s| (s.key, s.entry))
     }
 }
 

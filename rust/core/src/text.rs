@@ -20,7 +20,10 @@ impl<'a> StrCol<'a> {
             DataType::Utf8 => Ok(Self::Utf8(array.as_string::<i32>())),
             DataType::LargeUtf8 => Ok(Self::Large(array.as_string::<i64>())),
             DataType::Utf8View => Ok(Self::View(array.as_string_view())),
-            other => Err(CoreError::Type { what, found: other.to_string() }),
+            other => Err(CoreError::Type {
+                what,
+                found: other.to_string(),
+            }),
         }
     }
 

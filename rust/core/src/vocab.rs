@@ -57,7 +57,9 @@ impl Vocab {
     /// The id of `s` (whose hash is `hash`), if interned.
     #[inline]
     pub fn find(&self, hash: u64, s: &str) -> Option<u32> {
-        self.table.find(hash, |&id| short_eq(self.get(id).as_bytes(), s.as_bytes())).copied()
+        self.table
+            .find(hash, |&id| short_eq(self.get(id).as_bytes(), s.as_bytes()))
+            .copied()
     }
 
     /// The id of `s`, interning it if new.

@@ -86,7 +86,12 @@ pub fn word_spans(text: &str) -> Vec<WordSpan> {
         match (is_word, start) {
             (true, None) => start = Some((i, cp)),
             (false, Some((bs, cs))) => {
-                out.push(WordSpan { byte_start: bs, byte_end: i, char_start: cs, char_end: cp });
+                out.push(WordSpan {
+                    byte_start: bs,
+                    byte_end: i,
+                    char_start: cs,
+                    char_end: cp,
+                });
                 start = None;
             }
             _ => {}
@@ -95,7 +100,12 @@ pub fn word_spans(text: &str) -> Vec<WordSpan> {
         cp += 1;
     }
     if let Some((bs, cs)) = start {
-        out.push(WordSpan { byte_start: bs, byte_end: bytes.len(), char_start: cs, char_end: cp });
+        out.push(WordSpan {
+            byte_start: bs,
+            byte_end: bytes.len(),
+            char_start: cs,
+            char_end: cp,
+        });
     }
     out
 }
@@ -105,12 +115,18 @@ mod tests {
     use super::*;
 
     fn words(text: &str) -> Vec<&str> {
-        word_spans(text).iter().map(|w| &text[w.byte_start..w.byte_end]).collect()
+        word_spans(text)
+            .iter()
+            .map(|w| &text[w.byte_start..w.byte_end])
+            .collect()
     }
 
     #[test]
     fn ascii_punctuation_splits() {
-        assert_eq!(words("Dupont, 7/22 s/p MI-1992."), ["Dupont", "7", "22", "s", "p", "MI", "1992"]);
+        assert_eq!(
+            words("Dupont, 7/22 s/p MI-1992."),
+            ["Dupont", "7", "22", "s", "p", "MI", "1992"]
+        );
         assert_eq!(words(""), Vec::<&str>::new());
         assert_eq!(words("  ,,; "), Vec::<&str>::new());
         assert_eq!(words("a_b"), ["a", "b"]);
@@ -130,7 +146,10 @@ mod tests {
         let text = "x1 ÿ; ½ ⅷ Ⅻ. end";
         let mut a = Vec::new();
         for_each_word(text, |s, e| a.push((s, e)));
-        let b: Vec<_> = word_spans(text).iter().map(|w| (w.byte_start, w.byte_end)).collect();
+        let b: Vec<_> = word_spans(text)
+            .iter()
+            .map(|w| (w.byte_start, w.byte_end))
+            .collect();
         assert_eq!(a, b);
     }
 }

@@ -253,8 +253,11 @@ fn tokenize<'py>(py: Python<'py>, texts: PyArray, normalize: &str) -> PyResult<B
             Field::new("ends", item(DataType::Int32), false),
             Field::new("words", item(DataType::Utf8), false),
         ]);
-        let columns: Vec<ArrayRef> =
-            vec![Arc::new(starts.finish()), Arc::new(ends.finish()), Arc::new(words.finish())];
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(starts.finish()),
+            Arc::new(ends.finish()),
+            Arc::new(words.finish()),
+        ];
         RecordBatch::try_new(Arc::new(schema), columns)
             .map_err(|e| CoreError::InvalidArgument(e.to_string()))
     })?;
