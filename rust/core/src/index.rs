@@ -353,22 +353,27 @@ impl IndexBuilder {
         // Phases 1-2 by chunks of rows: tokenise in parallel against the vocabulary as it is
         // (misses kept aside), then intern the misses in row order, so ids follow first
         // occurrence. Chunks start small so a cold vocabulary warms up on few documents.
-        let mut docs: Vec<Vec<u32>> = Vec::with_capacity(rows);
+        // Word ids of the whole batch go back to back into one vector.
+        let mut ids: Vec<u32> = Vec::new();
+        let mut ends: Vec<usize> = Vec::with_capacity(rows);
         let mut chunk_start = 0;
         let mut chunk_len = 64;
         while chunk_start < rows {
             let chunk_end = (chunk_start + chunk_len).min(rows);
-            let chunk = self.tokenize_rows(texts, chunk_start..chunk_end);
-            for (mut ids, misses, arena) in chunk {
-                self.tokens += ids.len() as u64;
-                for (pos, h, start, end) in misses {
-                    ids[pos as usize] = self.vocab.intern(h, &arena[start as usize..end as usize]);
+            for mut piece in self.tokenize_rows(texts, chunk_start..chunk_end) {
+                for &(pos, h, start, end) in &piece.misses {
+                    piece.ids[pos as usize] = self
+                        .vocab
+                        .intern(h, &piece.arena[start as usize..end as usize]);
                 }
-                docs.push(ids);
+                let base = ids.len();
+                ids.extend_from_slice(&piece.ids);
+                ends.extend(piece.ends.iter().map(|&e| base + e as usize));
             }
             chunk_start = chunk_end;
             chunk_len *= 4;
         }
+        self.tokens += ids.len() as u64;
         let doc_base = self.documents;
         self.documents += rows as u64;
 
@@ -376,89 +381,65 @@ impl IndexBuilder {
         // first), cut at patient boundaries into one contiguous range per worker, balanced by
         // words; each worker counts its range into its own shards. The batch's last patient
         // stays open, as its documents may continue in the next batch.
-        let mut units = std::mem::take(&mut self.open);
-        for (row, ids) in docs.into_iter().enumerate() {
-            units.push((ids, (doc_base + row as u64) as u32, row_patient[row]));
+        let open = std::mem::take(&mut self.open);
+        let mut units: Vec<Unit<'_>> = open
+            .iter()
+            .map(|(w, d, p)| (w.as_slice(), *d, *p))
+            .collect();
+        let mut start = 0;
+        for (row, &end) in ends.iter().enumerate() {
+            units.push((
+                &ids[start..end],
+                (doc_base + row as u64) as u32,
+                row_patient[row],
+            ));
+            start = end;
         }
         let last = units.last().map(|u| u.2).expect("rows > 0");
         let keep = units.iter().rev().take_while(|u| u.2 == last).count();
-        self.open = units.split_off(units.len() - keep);
-        self.count_units(&units);
+        let tail = units.split_off(units.len() - keep);
+        count_units_parallel(&mut self.workers, self.pool.as_deref(), &self.cfg, &units);
+        self.open = tail
+            .into_iter()
+            .map(|(w, d, p)| (w.to_vec(), d, p))
+            .collect();
         Ok(())
     }
 
-    /// Count complete patients' documents: one contiguous range of whole patients per worker.
-    fn count_units(&mut self, units: &[(Vec<u32>, u32, u32)]) {
-        if units.is_empty() {
-            return;
-        }
-        let workers = self.install(rayon::current_num_threads).max(1);
-        while self.workers.len() < workers {
-            self.workers
-                .push((0..SHARDS).map(|_| Shard::default()).collect());
-        }
-        // Cut points at patient boundaries near equal shares of words.
-        let total: usize = units.iter().map(|u| u.0.len() + 1).sum();
-        let mut cuts = vec![0usize];
-        let mut acc = 0usize;
-        for (i, u) in units.iter().enumerate() {
-            if i > 0 && u.2 != units[i - 1].2 && acc * workers >= total * cuts.len() {
-                cuts.push(i);
-            }
-            acc += u.0.len() + 1;
-        }
-        cuts.push(units.len());
-        let cfg = &self.cfg;
-        let pool = self.pool.clone();
-        let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
-        let tables = &mut self.workers;
-        let work = move || {
-            tables
-                .par_iter_mut()
-                .zip(ranges.into_par_iter())
-                .for_each(|(shards, (a, b))| {
-                    count_units(&units[a..b], cfg, shards);
-                });
-        };
-        match pool {
-            Some(p) => p.install(work),
-            None => work(),
-        }
-    }
-
-    /// Words of `rows` as vocabulary ids (`MISS` where unknown), with the misses: (position,
-    /// hash, range in the arena of normalised missing words).
-    #[allow(clippy::type_complexity)]
-    fn tokenize_rows(
-        &self,
-        texts: StrCol<'_>,
-        rows: std::ops::Range<usize>,
-    ) -> Vec<(Vec<u32>, Vec<(u32, u64, u32, u32)>, String)> {
+    /// Words of `rows` as vocabulary ids (`MISS` where unknown), in pieces of consecutive
+    /// rows tokenised in parallel.
+    fn tokenize_rows(&self, texts: StrCol<'_>, rows: std::ops::Range<usize>) -> Vec<Piece> {
         let norm = self.cfg.normalizer;
         let vocab = &self.vocab;
         self.install(|| {
-            rows.into_par_iter()
-                .map(|row| {
-                    let text = texts.get(row).unwrap_or("");
-                    let mut ids = Vec::with_capacity(text.len() / 6 + 1);
-                    let mut misses = Vec::new();
-                    let mut arena = String::new();
+            let per_piece = rows.len().div_ceil(rayon::current_num_threads() * 4).max(1);
+            let starts: Vec<usize> = rows.clone().step_by(per_piece).collect();
+            starts
+                .into_par_iter()
+                .map(|start| {
+                    let end = (start + per_piece).min(rows.end);
+                    let mut piece = Piece::default();
                     let mut buf = String::new();
-                    for_each_word(text, |s, e| {
-                        buf.clear();
-                        norm.normalize_into(&text[s..e], &mut buf);
-                        let h = hash_str(&buf);
-                        match vocab.find(h, &buf) {
-                            Some(id) => ids.push(id),
-                            None => {
-                                let start = arena.len() as u32;
-                                arena.push_str(&buf);
-                                misses.push((ids.len() as u32, h, start, arena.len() as u32));
-                                ids.push(MISS);
+                    for row in start..end {
+                        let text = texts.get(row).unwrap_or("");
+                        for_each_word(text, |s, e| {
+                            buf.clear();
+                            norm.normalize_into(&text[s..e], &mut buf);
+                            let h = hash_str(&buf);
+                            match vocab.find(h, &buf) {
+                                Some(id) => piece.ids.push(id),
+                                None => {
+                                    let a = piece.arena.len() as u32;
+                                    piece.arena.push_str(&buf);
+                                    let b = piece.arena.len() as u32;
+                                    piece.misses.push((piece.ids.len() as u32, h, a, b));
+                                    piece.ids.push(MISS);
+                                }
                             }
-                        }
-                    });
-                    (ids, misses, arena)
+                        });
+                        piece.ends.push(piece.ids.len() as u32);
+                    }
+                    piece
                 })
                 .collect()
         })
@@ -470,7 +451,11 @@ impl IndexBuilder {
         }
         self.done = true;
         let open = std::mem::take(&mut self.open);
-        self.count_units(&open);
+        let units: Vec<Unit<'_>> = open
+            .iter()
+            .map(|(w, d, p)| (w.as_slice(), *d, *p))
+            .collect();
+        count_units_parallel(&mut self.workers, self.pool.as_deref(), &self.cfg, &units);
         Ok(())
     }
 
@@ -664,9 +649,62 @@ fn shard_of_hash(hash: u64) -> usize {
     (hash >> 58) as usize % SHARDS
 }
 
-/// Count the n-grams of documents (word ids, document number, patient), in order, into one
-/// worker's shards, prefetching table slots a few updates ahead.
-fn count_units(units: &[(Vec<u32>, u32, u32)], cfg: &IndexConfig, shards: &mut [Shard]) {
+/// A document to count: its word ids, document number and patient.
+type Unit<'a> = (&'a [u32], u32, u32);
+
+/// Tokenised rows: word ids back to back, each row's end, and the words not yet in the
+/// vocabulary (position in `ids`, hash, range in `arena`).
+#[derive(Default)]
+struct Piece {
+    ids: Vec<u32>,
+    ends: Vec<u32>,
+    misses: Vec<(u32, u64, u32, u32)>,
+    arena: String,
+}
+
+/// Count complete patients' documents: cut at patient boundaries into one contiguous range
+/// per worker, balanced by words, each counted into the worker's own shards.
+fn count_units_parallel(
+    workers: &mut Vec<Vec<Shard>>,
+    pool: Option<&rayon::ThreadPool>,
+    cfg: &IndexConfig,
+    units: &[Unit<'_>],
+) {
+    if units.is_empty() {
+        return;
+    }
+    let threads = pool.map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
+    while workers.len() < threads.max(1) {
+        workers.push((0..SHARDS).map(|_| Shard::default()).collect());
+    }
+    let total: usize = units.iter().map(|u| u.0.len() + 1).sum();
+    let mut cuts = vec![0usize];
+    let mut acc = 0usize;
+    for (i, u) in units.iter().enumerate() {
+        if i > 0 && u.2 != units[i - 1].2 && acc * workers.len() >= total * cuts.len() {
+            cuts.push(i);
+        }
+        acc += u.0.len() + 1;
+    }
+    cuts.push(units.len());
+    let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
+    let work = || {
+        workers
+            .par_iter_mut()
+            .zip(ranges.into_par_iter())
+            .for_each(|(shards, (a, b))| {
+                count_units(&units[a..b], cfg, shards);
+            });
+    };
+    match pool {
+        Some(p) => p.install(work),
+        None => work(),
+    }
+}
+
+/// Count the n-grams of documents, in order, into one worker's shards, prefetching table
+/// slots a few updates ahead.
+fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, shards: &mut [Shard]) {
     let filter = cfg.modulus > 1;
     let (m, r) = (cfg.modulus as u64, cfg.residue as u64);
     let pow2 = cfg.modulus.is_power_of_two();
@@ -678,8 +716,7 @@ fn count_units(units: &[(Vec<u32>, u32, u32)], cfg: &IndexConfig, shards: &mut [
     let mut ring = [(0 as Key, 0u64, 0u32, 0u32); AHEAD];
     let mut head = 0usize;
     let mut pending = 0usize;
-    for (ids, doc, patient) in units {
-        let (doc, patient) = (*doc, *patient);
+    for &(ids, doc, patient) in units {
         for i in 0..ids.len() {
             let mut key: Key = 0;
             for n in 0..cfg.max_n.min(ids.len() - i) {

@@ -114,7 +114,10 @@ impl PyIndexBuilder {
         };
         let inner = IndexBuilder::new(cfg).map_err(|e| to_py_err(py, e))?;
         hold_memory();
-        Ok(Self { inner, holding: true })
+        Ok(Self {
+            inner,
+            holding: true,
+        })
     }
 
     /// Add one batch: `patient_ids[i]` wrote `texts[i]`.
