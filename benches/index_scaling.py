@@ -25,17 +25,20 @@ WORD = r"[\p{L}\p{M}\p{N}]+"
 
 
 def run_phisieve(data: Path, ngram: int, budget: str | None) -> dict:
+    import pyarrow.compute as pc
+
     import phisieve
     from phisieve.term_index import IndexReport
 
     report = IndexReport()
     t = phisieve.index(data, ngram=ngram, k=2, memory_budget=budget, report=report)
-    indirect = sum(t.column("indirect").to_pylist())
+    indirect = pc.sum(t.column("indirect")).as_py()
     return {
         "terms": t.num_rows,
         "indirect": indirect,
         "tokens": report.tokens,
         "passes": report.passes,
+        "index_mib": report.peak_index_bytes / 2**20,
     }
 
 
@@ -210,7 +213,9 @@ def main() -> None:
                 rows.append(("polars expressions", measure("polars", data, ngram, reps=args.reps)))
                 rows.append(("plain python", measure("python", data, ngram)))
             for name, r in rows:
-                extra = f" passes={r['passes']}" if "passes" in r else ""
+                extra = (
+                    f" passes={r['passes']} index={r['index_mib']:.0f}MiB" if "passes" in r else ""
+                )
                 print(
                     f"{tokens:>12,} {ngram:>2} {name:<22} {r['seconds']:>8.2f} "
                     f"{tokens / r['seconds'] / 1e6:>8.2f} {r['peak_rss_mib']:>9.0f}{extra}"

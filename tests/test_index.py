@@ -321,3 +321,17 @@ def test_cli_errors_exit_2_without_traceback(tmp_path: Path, capsys) -> None:
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "patient_id" in err and "Secretname" not in err and "Traceback" not in err
+
+
+def test_cli_merge_equals_whole_index(tmp_path: Path, capsys) -> None:
+    docs = [("a", "x y rare1"), ("b", "x y"), ("c", "y z rare3")]
+    paths = []
+    for i, part in enumerate([docs[:1], docs[1:]]):
+        path = tmp_path / f"docs{i}.parquet"
+        pq.write_table(docs_table(part), path)
+        main(["index", str(path), "--out", str(tmp_path / f"t{i}"), "--ngram", "2", "-q"])
+        paths.append(str(tmp_path / f"t{i}"))
+    main(["merge", *paths, "--out", str(tmp_path / "merged")])
+    assert "indirect" in capsys.readouterr().out
+    merged = phisieve.read_terms(tmp_path / "merged")
+    assert as_dict(merged) == reference.index(docs, ngram=2)

@@ -128,6 +128,29 @@ def index(
     out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
 
 
+@app.command()
+def merge(
+    parts: Annotated[list[Path], typer.Argument(help="terms folders of shards of a corpus.")],
+    out: Out,
+    k: Annotated[int, typer.Option("--k", help="The k the parts were built with.")] = 2,
+    shared_patients: Annotated[
+        bool,
+        typer.Option(help="Shards may share patients (counts >= k become lower bounds)."),
+    ] = False,
+) -> None:
+    """Merge the terms of shards of a corpus (indexed separately) into one index."""
+    from .dataset import DatasetWriter
+    from .term_index import merge_terms, read_terms
+
+    merged = merge_terms([read_terms(p) for p in parts], k=k,
+                         patients_disjoint=not shared_patients)
+    writer = DatasetWriter(out, merged.schema, rows_per_part=1_000_000)
+    writer.write(merged)
+    writer.close(k=k, merged_from=[str(p) for p in parts])
+    indirect = sum(merged.column("indirect").to_pylist())
+    out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
+
+
 def print_index_summary(stats: dict[str, Any]) -> None:
     """A readable table of an index's statistics."""
     out_console.print(

@@ -243,7 +243,7 @@ def _dataset_source(ds: pads.Dataset, batch_size: int, name: str) -> BatchSource
     def ds_batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
         yield from ds.to_batches(columns=columns, batch_size=batch_size)
 
-    return BatchSource(ds_batches, ds.schema, True, name)
+    return BatchSource(ds_batches, ds.schema, True, name, ds.count_rows())
 
 
 def require_columns(schema: pa.Schema, columns: Iterable[str], where: str) -> None:

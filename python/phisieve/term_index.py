@@ -9,6 +9,7 @@ indexes, and computes the statistics the papers report.
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -127,17 +128,21 @@ def _run_pass(
     report: IndexReport,
     label: str,
     show: bool,
-) -> bool:
-    """Feed every batch to ``builder``; False when it outgrew ``budget``."""
+) -> float:
+    """Feed every batch to ``builder``. Returns 1.0 when done, or, when it outgrew ``budget``,
+    the estimated ratio of the whole pass's memory to the budget."""
+    rows = 0
     with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
         for batch in src.batches(cols):
             builder.add(_string(batch.column(0)), _string(batch.column(1)))
             advance(batch.num_rows)
+            rows += batch.num_rows
             used = builder.memory_bytes()
             report.peak_index_bytes = max(report.peak_index_bytes, used)
             if budget is not None and used > budget:
-                return False
-    return True
+                share = rows / src.num_rows if src.num_rows else 1.0
+                return max(used / share / budget, 2.0)
+    return 1.0
 
 
 def index(
@@ -217,25 +222,28 @@ def index(
             label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
             report.passes += 1
             try:
-                fits = _run_pass(src, cols, builder, budget, report, label, progress)
+                overflow = _run_pass(src, cols, builder, budget, report, label, progress)
             except NotGroupedError:
                 raise NotGroupedError(
                     "documents are not grouped by patient and a one-shot stream cannot be "
                     "sorted: pass a table or a dataset path instead",
                     column=patient_col,
                 ) from None
-            if not fits:
+            if overflow > 1.0:
                 if not src.reiterable:
                     raise MemoryBudgetExceeded(
                         "the index outgrew the memory budget and a one-shot stream cannot be "
                         "read again: pass a table or a dataset path instead"
                     )
-                if modulus * 2 > MAX_PARTITIONS:
+                # Split this partition in as many (a power of two) as the memory it would
+                # need, extrapolated from how far the pass got, calls for.
+                split = 1 << math.ceil(math.log2(overflow))
+                if modulus * split > MAX_PARTITIONS:
                     raise MemoryBudgetExceeded(
                         f"the index does not fit in {budget} bytes even split into "
                         f"{modulus} partitions (the word vocabulary alone may be larger)"
                     )
-                pending += [(modulus * 2, residue), (modulus * 2, residue + modulus)]
+                pending += [(modulus * split, residue + i * modulus) for i in range(split)]
                 continue
             parts.append(builder.finish())
             totals = builder.totals()
