@@ -31,6 +31,9 @@ from .progress import progress_bar
 MAX_PARTITIONS = 4096
 """The most hash partitions a memory budget may split the terms into."""
 
+HEAPS_EXPONENT = 0.7
+"""How distinct terms grow with text, to guess how far an overflowing pass must be split."""
+
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -140,8 +143,9 @@ def _run_pass(
             used = builder.memory_bytes()
             report.peak_index_bytes = max(report.peak_index_bytes, used)
             if budget is not None and used > budget:
+                # Distinct terms grow sublinearly with text (Heaps' law, exponent ~0.7).
                 share = rows / src.num_rows if src.num_rows else 1.0
-                return max(used / share / budget, 2.0)
+                return min(max(used / budget * share**-HEAPS_EXPONENT, 2.0), 8.0)
     return 1.0
 
 
