@@ -17,7 +17,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet "maturin>=1.7,<2"
 
 $(STAMP): $(BIN)/python $(SOURCES)
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
+	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
 	    $(BIN)/maturin develop --release --extras dev --quiet
 	touch $(STAMP)
 

@@ -142,8 +142,7 @@ def merge(
     from .dataset import DatasetWriter
     from .term_index import merge_terms, read_terms
 
-    merged = merge_terms([read_terms(p) for p in parts], k=k,
-                         patients_disjoint=not shared_patients)
+    merged = merge_terms([read_terms(p) for p in parts], k=k, patients_disjoint=not shared_patients)
     writer = DatasetWriter(out, merged.schema, rows_per_part=1_000_000)
     writer.write(merged)
     writer.close(k=k, merged_from=[str(p) for p in parts])
@@ -158,17 +157,11 @@ def print_index_summary(stats: dict[str, Any]) -> None:
         f"{stats['tokens']:,} words; k = {stats['k']}, "
         f"{stats['passes']} pass(es), index peak {stats['peak_index_bytes'] / 2**20:,.1f} MiB"
     )
-    table = Table(title="indirect identifiers (terms used by fewer than k patients)")
-    for col in (
-        "n",
-        "distinct terms",
-        "indirect",
-        "share of terms",
-        "share of occurrences",
-        "per patient: median",
-        "p90",
-        "max",
-    ):
+    table = Table(
+        title="indirect identifiers: terms used by fewer than k patients "
+        "(per patient: median count)"
+    )
+    for col in ("n", "terms", "indirect", "% of terms", "% of uses", "per patient", "p90", "max"):
         table.add_column(col, justify="right")
     for n, s in stats["per_n"].items():
         q = s["identifiers_per_patient"]
