@@ -19,11 +19,10 @@
 //!   pass holding a `1/modulus` share of the terms in memory.
 
 use crate::error::{CoreError, Result};
-use crate::normalize::Normalizer;
+use crate::normalize::{for_each_term, Normalizer};
 use crate::table::{key_hash, Entry, Table};
 use crate::text::StrCol;
 use crate::vocab::{hash_str, Vocab};
-use crate::words::for_each_word;
 use crate::MAX_N;
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array, UInt8Array};
@@ -422,15 +421,13 @@ impl IndexBuilder {
                     let mut buf = String::new();
                     for row in start..end {
                         let text = texts.get(row).unwrap_or("");
-                        for_each_word(text, |s, e| {
-                            buf.clear();
-                            norm.normalize_into(&text[s..e], &mut buf);
-                            let h = hash_str(&buf);
-                            match vocab.find(h, &buf) {
+                        for_each_term(text, &norm, &mut buf, |term| {
+                            let h = hash_str(term);
+                            match vocab.find(h, term) {
                                 Some(id) => piece.ids.push(id),
                                 None => {
                                     let a = piece.arena.len() as u32;
-                                    piece.arena.push_str(&buf);
+                                    piece.arena.push_str(term);
                                     let b = piece.arena.len() as u32;
                                     piece.misses.push((piece.ids.len() as u32, h, a, b));
                                     piece.ids.push(MISS);
@@ -764,6 +761,7 @@ pub fn terms_schema() -> Arc<Schema> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::for_each_word;
     use arrow_array::StringArray;
     use std::collections::{BTreeMap, BTreeSet};
 

@@ -10,9 +10,8 @@
 
 use crate::error::{CoreError, Result};
 use crate::index::Key;
-use crate::normalize::Normalizer;
+use crate::normalize::{for_each_term, Normalizer};
 use crate::vocab::{hash_str, Vocab};
-use crate::words::for_each_word;
 use crate::MAX_N;
 use rustc_hash::FxHashSet;
 
@@ -96,10 +95,8 @@ impl Marker {
     fn table(&self, text: &str) -> (usize, Vec<bool>) {
         let mut ids: Vec<Option<u32>> = Vec::new();
         let mut buf = String::new();
-        for_each_word(text, |s, e| {
-            buf.clear();
-            self.normalizer.normalize_into(&text[s..e], &mut buf);
-            ids.push(self.vocab.find(hash_str(&buf), &buf));
+        for_each_term(text, &self.normalizer, &mut buf, |term| {
+            ids.push(self.vocab.find(hash_str(term), term));
         });
         let m = self.max_n.max(1);
         let mut table = vec![false; ids.len() * m];

@@ -84,6 +84,56 @@ impl Normalizer {
     }
 }
 
+/// Calls `f` with the normalised form of every word of `text`, in order (`buf` is scratch).
+///
+/// Equivalent to normalising each word of [`crate::words::for_each_word`], with one pass over
+/// the bytes of all-ASCII words, the common case of clinical text.
+#[inline]
+pub fn for_each_term(text: &str, norm: &Normalizer, buf: &mut String, mut f: impl FnMut(&str)) {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let mut i = 0;
+    while i < n {
+        let b = bytes[i];
+        if b < 0x80 && !b.is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && bytes[i].is_ascii_alphanumeric() {
+            i += 1;
+        }
+        if i == n || bytes[i] < 0x80 {
+            // An all-ASCII word (the loop above consumed at least one byte).
+            buf.clear();
+            buf.push_str(&text[start..i]);
+            if norm.lowercase {
+                buf.make_ascii_lowercase();
+            }
+            f(buf);
+            continue;
+        }
+        // A non-ASCII character: the word (if any) continues by the general rule.
+        let mut end = i;
+        for c in text[i..].chars() {
+            if crate::words::is_word_char(c) {
+                end += c.len_utf8();
+            } else {
+                break;
+            }
+        }
+        if end > start {
+            buf.clear();
+            norm.normalize_into(&text[start..end], buf);
+            f(buf);
+            i = end;
+        } else {
+            // A non-ASCII character that is not a word character.
+            i += text[i..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +146,26 @@ mod tests {
         assert_eq!(n.normalize("ﬁbrosis"), "fibrosis");
         assert_eq!(n.normalize("ΟΔΟΣ"), "οδος");
         assert_eq!(n.normalize("\u{37a}"), "\u{345}");
+    }
+
+    #[test]
+    fn for_each_term_matches_words_then_normalize() {
+        let n = Normalizer::default();
+        for text in [
+            "",
+            "Pt Zoë—MÜLLER, 7/22 café\u{301}; ½ ⅷ x",
+            "ÉCOLE",
+            "a\u{2014}",
+            "—",
+            "ab—cd",
+        ] {
+            let mut want = Vec::new();
+            crate::words::for_each_word(text, |s, e| want.push(n.normalize(&text[s..e])));
+            let mut got = Vec::new();
+            let mut buf = String::new();
+            for_each_term(text, &n, &mut buf, |t| got.push(t.to_owned()));
+            assert_eq!(got, want, "{text:?}");
+        }
     }
 
     #[test]
