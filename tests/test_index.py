@@ -335,3 +335,15 @@ def test_cli_merge_equals_whole_index(tmp_path: Path, capsys) -> None:
     assert "indirect" in capsys.readouterr().out
     merged = phisieve.read_terms(tmp_path / "merged")
     assert as_dict(merged) == reference.index(docs, ngram=2)
+
+
+def test_ungrouped_pyarrow_dataset_object(tmp_path: Path) -> None:
+    import pyarrow.dataset as pads
+
+    docs = [("a", "x"), ("b", "y"), ("a", "y z")]
+    path = tmp_path / "d.parquet"
+    pq.write_table(docs_table(docs), path)
+    report = term_index.IndexReport()
+    got = phisieve.index(pads.dataset(path), report=report)
+    assert report.sorted_input
+    assert as_dict(got) == reference.index(docs)

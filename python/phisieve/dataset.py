@@ -182,6 +182,8 @@ class BatchSource:
     reiterable: bool
     name: str
     num_rows: int | None = None
+    path: Path | None = None
+    """The Parquet file or folder, when the source is one."""
 
 
 def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
@@ -200,9 +202,11 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
                 "expected a Parquet dataset folder or .parquet file (run `phisieve ingest` first)",
                 path=path,
             )
-        return _dataset_source(
+        src = _dataset_source(
             pads.dataset(parquet_files(path), format="parquet"), batch_size, str(path)
         )
+        src.path = path
+        return src
     if isinstance(source, pads.Dataset):
         return _dataset_source(source, batch_size, "dataset")
     if isinstance(source, pa.RecordBatch):

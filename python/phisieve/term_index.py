@@ -111,12 +111,12 @@ def is_grouped(src: BatchSource, patient_col: str) -> bool:
 def _sorted_copy(src: BatchSource, patient_col: str, text_col: str, tmp: Path) -> BatchSource:
     """Sort ``src`` by patient (stable) into a temporary Parquet file, out of core."""
     out = tmp / "sorted.parquet"
-    if src.name in ("table", "stream"):
+    if src.path is None:  # a table, stream or Dataset object
         table = pa.Table.from_batches(list(src.batches([patient_col, text_col])))
         table = table.set_column(0, patient_col, _string(table.column(0)))
         pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
     else:
-        lf = pl.scan_parquet(parquet_files(Path(src.name))).select(
+        lf = pl.scan_parquet(parquet_files(src.path)).select(
             pl.col(patient_col).cast(pl.String), pl.col(text_col)
         )
         lf.sort(patient_col, maintain_order=True).sink_parquet(out)
@@ -209,7 +209,6 @@ def index(
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
         if src.reiterable and not is_grouped(src, patient_col):
             src = _sorted_copy(src, patient_col, text_col, Path(tmp))
-            cols = [patient_col, text_col]
             report.sorted_input = True
         pending = [(1, 0)]
         parts: list[pa.Table] = []
