@@ -36,7 +36,6 @@ test-python: build
 	$(BIN)/python -m pytest -q
 
 bench: build
-	$(BIN)/pip install --quiet psutil
 	$(BIN)/python benches/index_scaling.py
 
 lint: build
