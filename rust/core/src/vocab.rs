@@ -26,10 +26,26 @@ fn short_eq(a: &[u8], b: &[u8]) -> bool {
     a == b
 }
 
+/// A string's fingerprint in the table: strings of up to 7 bytes are stored whole (length in
+/// the top byte, bytes below), so comparing fingerprints compares them exactly without reading
+/// the arena; longer strings keep 56 bits of their hash under a 0xFF top byte, and a match is
+/// confirmed against the arena.
+#[inline(always)]
+fn fingerprint(hash: u64, s: &[u8]) -> u64 {
+    if s.len() <= 7 {
+        let mut b = [0u8; 8];
+        b[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(b) | (s.len() as u64) << 56
+    } else {
+        (hash & 0x00ff_ffff_ffff_ffff) | 0xff << 56
+    }
+}
+
 /// Interned strings stored back to back in one arena.
 #[derive(Default, Debug)]
 pub struct Vocab {
-    table: HashTable<u32>,
+    /// (fingerprint, id) of every string.
+    table: HashTable<(u64, u32)>,
     ends: Vec<usize>,
     hashes: Vec<u64>,
     arena: String,
@@ -57,9 +73,14 @@ impl Vocab {
     /// The id of `s` (whose hash is `hash`), if interned.
     #[inline]
     pub fn find(&self, hash: u64, s: &str) -> Option<u32> {
+        let bytes = s.as_bytes();
+        let fp = fingerprint(hash, bytes);
+        let short = bytes.len() <= 7;
         self.table
-            .find(hash, |&id| short_eq(self.get(id).as_bytes(), s.as_bytes()))
-            .copied()
+            .find(hash, |&(f, id)| {
+                f == fp && (short || short_eq(self.get(id).as_bytes(), bytes))
+            })
+            .map(|&(_, id)| id)
     }
 
     /// The id of `s`, interning it if new.
@@ -72,13 +93,15 @@ impl Vocab {
         self.ends.push(self.arena.len());
         self.hashes.push(hash);
         let hashes = &self.hashes;
-        self.table.insert_unique(hash, id, |&i| hashes[i as usize]);
+        let fp = fingerprint(hash, s.as_bytes());
+        self.table
+            .insert_unique(hash, (fp, id), |&(_, i)| hashes[i as usize]);
         id
     }
 
     /// Approximate heap bytes held.
     pub fn memory_bytes(&self) -> usize {
-        self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+        self.table.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
             + self.ends.capacity() * std::mem::size_of::<usize>()
             + self.hashes.capacity() * std::mem::size_of::<u64>()
             + self.arena.capacity()
@@ -101,6 +124,15 @@ mod tests {
         assert_eq!(c, 2);
         assert_eq!(v.find(hash_str("alpha"), "gamma"), Some(2));
         assert_eq!(v.get(1), "beta");
-        assert_eq!(v.len(), 3);
+        // Short strings with equal hashes but different bytes or lengths stay apart too.
+        let h = hash_str("x");
+        let x = v.intern(h, "x");
+        let y = v.intern(h, "x\0");
+        let long1 = v.intern(h, "abcdefghij");
+        let long2 = v.intern(h, "abcdefghik");
+        assert_eq!((x, y, long1, long2), (3, 4, 5, 6));
+        assert_eq!(v.find(h, "x\0"), Some(4));
+        assert_eq!(v.find(h, "abcdefghik"), Some(6));
+        assert_eq!(v.len(), 7);
     }
 }
