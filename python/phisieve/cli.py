@@ -139,6 +139,8 @@ def merge(
     ] = False,
 ) -> None:
     """Merge the terms of shards of a corpus (indexed separately) into one index."""
+    import pyarrow.compute as pc
+
     from .dataset import DatasetWriter
     from .term_index import merge_terms, read_terms
 
@@ -146,7 +148,7 @@ def merge(
     writer = DatasetWriter(out, merged.schema, rows_per_part=1_000_000)
     writer.write(merged)
     writer.close(k=k, merged_from=[str(p) for p in parts])
-    indirect = sum(merged.column("indirect").to_pylist())
+    indirect = pc.sum(merged.column("indirect")).as_py()
     out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
 
 

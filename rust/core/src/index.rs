@@ -294,11 +294,6 @@ impl IndexBuilder {
         self.vocab.memory_bytes() + self.patients.memory_bytes() + shards + open
     }
 
-    /// Terms counted so far, summed over workers (a term two workers saw counts twice).
-    pub fn num_terms(&self) -> usize {
-        self.workers.iter().flatten().map(|s| s.table.len()).sum()
-    }
-
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
     pub fn add(&mut self, patient_ids: &ArrayRef, texts: &ArrayRef) -> Result<()> {
         if self.done {

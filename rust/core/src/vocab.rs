@@ -10,22 +10,6 @@ pub fn hash_str(s: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(s)
 }
 
-/// Byte equality, without a `memcmp` call for the short strings words mostly are.
-#[inline(always)]
-fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    if a.len() <= 8 {
-        let mut x = [0u8; 8];
-        let mut y = [0u8; 8];
-        x[..a.len()].copy_from_slice(a);
-        y[..b.len()].copy_from_slice(b);
-        return u64::from_ne_bytes(x) == u64::from_ne_bytes(y);
-    }
-    a == b
-}
-
 /// A string's fingerprint in the table: strings of up to 7 bytes are stored whole (length in
 /// the top byte, bytes below), so comparing fingerprints compares them exactly without reading
 /// the arena; longer strings keep 56 bits of their hash under a 0xFF top byte, and a match is
@@ -78,7 +62,7 @@ impl Vocab {
         let short = bytes.len() <= 7;
         self.table
             .find(hash, |&(f, id)| {
-                f == fp && (short || short_eq(self.get(id).as_bytes(), bytes))
+                f == fp && (short || self.get(id).as_bytes() == bytes)
             })
             .map(|&(_, id)| id)
     }
