@@ -6,14 +6,18 @@
 //!
 //! # How it stays exact, fast and bounded
 //! * Input is a stream of record batches whose rows are **grouped by patient** (all documents of
-//!   a patient contiguous; a group may straddle batches). Each patient's terms are first
-//!   deduplicated in a patient-local map, so the global maps see every (term, patient) pair
-//!   exactly once and the distinct-patient count is a plain sum. A patient that reappears after
-//!   other patients is an error ([`CoreError::NotGrouped`]); the Python layer sorts such input.
+//!   a patient contiguous; a group may straddle batches). Each term's entry sees its
+//!   occurrences in input order, so it counts a document or a patient when it first sees it
+//!   (it remembers the last ones it saw): the distinct-patient count is exact without sets. A
+//!   patient that reappears after other patients is an error ([`CoreError::NotGrouped`]); the
+//!   Python layer sorts such input.
 //! * Words are interned to dense `u32` ids (exact, string-compared); an n-gram key packs up to
 //!   four ids into a `u128`, so keys are exact too (no hashing of terms into sketches).
-//! * Work is parallel per batch: tokenising by document, counting by patient, and merging into
-//!   64 hash shards by shard. Counts are sums, so results do not depend on threads or batching.
+//! * Work is parallel per batch: documents are tokenised in parallel, then every worker scans
+//!   the batch and counts the n-grams whose first word it owns (words are split among
+//!   workers by id) into its own hash shards, single words into arrays indexed by id. Workers
+//!   hold disjoint terms, so nothing is merged, and results do not depend on threads or
+//!   batching.
 //! * A partition `(modulus, residue)` keeps only the terms whose key hashes to `residue`
 //!   modulo `modulus`: several passes with residues `0..modulus` cover every term once, each
 //!   pass holding a `1/modulus` share of the terms in memory.
@@ -22,7 +26,7 @@ use crate::error::{CoreError, Result};
 use crate::normalize::{for_each_term, Normalizer};
 use crate::table::{key_hash, Entry, Table};
 use crate::text::StrCol;
-use crate::vocab::{hash_str, Vocab};
+use crate::vocab::Vocab;
 use crate::MAX_N;
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array, UInt8Array};
@@ -35,6 +39,8 @@ use std::sync::Arc;
 pub type Key = u128;
 const SHARDS: usize = 64;
 const MISS: u32 = u32::MAX;
+/// Below this many words, the vocabulary is warmed up on small chunks of a batch.
+const COLD_VOCAB: usize = 1 << 14;
 /// Rows per output record batch.
 const OUTPUT_ROWS: usize = 1 << 18;
 
@@ -113,82 +119,110 @@ pub fn key_len(key: Key) -> usize {
     n
 }
 
-/// One of the hash shards of the term table.
-#[derive(Default)]
-struct Shard {
-    table: Table,
-    /// Owners beyond the first two (the 3rd..k-th patients), when `k > 2`.
-    extra_owners: FxHashMap<Key, Vec<u32>>,
-}
+/// Owners beyond the first two (the 3rd..k-th patients) of the terms of a shard, when `k > 2`.
+type ExtraOwners = FxHashMap<Key, Vec<u32>>;
 
-impl Shard {
-    /// Count one occurrence of `key` in document `doc` of patient `patient`. Documents and
-    /// patients are counted on first sight, which is exact because the input is grouped by
-    /// patient and each shard sees its terms in input order.
-    #[inline(always)]
-    fn count(&mut self, key: Key, hash: u64, doc: u32, patient: u32, k: u32) {
-        let e = self.table.entry(key, hash);
-        e.count += 1;
-        let doc_tag = doc % u32::MAX + 1;
-        if e.last_doc != doc_tag {
-            e.last_doc = doc_tag;
-            e.docs += 1;
-            let patient_tag = patient + 1;
-            if e.last_patient != patient_tag {
-                e.last_patient = patient_tag;
-                if e.patients < 2 {
-                    e.owners[e.patients as usize] = patient;
-                } else if e.patients < k {
-                    self.extra_owners.entry(key).or_default().push(patient);
-                }
-                e.patients += 1;
+/// Count one occurrence of `key` in document `doc` of patient `patient` into its entry.
+/// Documents and patients are counted on first sight, which is exact because the input is
+/// grouped by patient and each entry sees its occurrences in input order.
+#[inline(always)]
+fn count_entry(e: &mut Entry, extra: &mut ExtraOwners, key: Key, doc: u32, patient: u32, k: u32) {
+    e.count += 1;
+    let doc_tag = doc % u32::MAX + 1;
+    if e.last_doc != doc_tag {
+        e.last_doc = doc_tag;
+        e.docs += 1;
+        let patient_tag = patient + 1;
+        if e.last_patient != patient_tag {
+            e.last_patient = patient_tag;
+            if e.patients < 2 {
+                e.owners[e.patients as usize] = patient;
+            } else if e.patients < k {
+                extra.entry(key).or_default().push(patient);
             }
+            e.patients += 1;
         }
     }
 }
 
+/// One of the hash shards of the term table.
+#[derive(Default)]
+struct Shard {
+    table: Table,
+    extra_owners: ExtraOwners,
+}
+
 impl Shard {
-    /// Add the totals of a shard that counted other patients (all after this shard's own
-    /// within each worker, but interleaved across workers: owners are merged by index).
-    fn merge(&mut self, other: Shard, k: u32) {
-        let Shard {
-            table,
-            mut extra_owners,
-        } = other;
-        let incoming: Vec<(Key, u64, Entry)> = table
-            .into_entries()
-            .map(|(key, e)| (key, key_hash(key), e))
-            .collect();
-        for (i, &(key, hash, o)) in incoming.iter().enumerate() {
-            if let Some(ahead) = incoming.get(i + AHEAD) {
-                self.table.prefetch(ahead.1);
-            }
-            let e = self.table.entry(key, hash);
-            let (pe, po) = (e.patients.min(2) as usize, o.patients.min(2) as usize);
-            if k <= 2 {
-                let mut owners = [u32::MAX; 4];
-                owners[..pe].copy_from_slice(&e.owners[..pe]);
-                owners[pe..pe + po].copy_from_slice(&o.owners[..po]);
-                owners[..pe + po].sort_unstable();
-                e.owners = [owners[0], owners[1]];
-            } else {
-                let mut owners: Vec<u32> = e.owners[..pe].to_vec();
-                owners.extend_from_slice(&o.owners[..po]);
-                owners.extend(self.extra_owners.remove(&key).unwrap_or_default());
-                owners.extend(extra_owners.remove(&key).unwrap_or_default());
-                owners.sort_unstable();
-                owners.truncate(k as usize);
-                for (slot, &p) in e.owners.iter_mut().zip(owners.iter()) {
-                    *slot = p;
-                }
-                if owners.len() > 2 {
-                    self.extra_owners.insert(key, owners[2..].to_vec());
-                }
-            }
-            e.count += o.count;
-            e.docs += o.docs;
-            e.patients += o.patients;
+    #[inline(always)]
+    fn count(&mut self, key: Key, hash: u64, doc: u32, patient: u32, k: u32) {
+        let e = self.table.entry(key, hash);
+        count_entry(e, &mut self.extra_owners, key, doc, patient, k);
+    }
+}
+
+/// Words fall into `CLASSES` classes by id (`id % CLASSES`); each worker owns some classes,
+/// and counts exactly the n-grams whose first word is in a class it owns. Workers so count
+/// disjoint sets of terms, each term's occurrences in input order, and nothing is merged.
+const CLASSES: usize = 256;
+
+/// Single words counted in arrays indexed by word id (one per class the worker owns; used
+/// when every term is kept, i.e. without partitions): no hashing and no probing for the most
+/// frequent updates.
+#[derive(Default)]
+struct Dense {
+    /// `classes[c][id / CLASSES]` counts the word `id` of class `c = id % CLASSES`.
+    classes: Vec<Vec<Entry>>,
+    extra_owners: ExtraOwners,
+}
+
+impl Dense {
+    #[inline]
+    fn get(&self, id: u32) -> Option<&Entry> {
+        let id = id as usize;
+        self.classes.get(id % CLASSES)?.get(id / CLASSES)
+    }
+}
+
+/// What one worker counts into: its hash shards and its single-word arrays.
+struct Worker {
+    /// Which classes of first words this worker counts.
+    owns: [bool; CLASSES],
+    shards: Vec<Shard>,
+    dense: Dense,
+}
+
+impl Worker {
+    /// Worker `w` of `workers`: it owns the classes `c` with `c % workers == w`.
+    fn new(w: usize, workers: usize) -> Self {
+        let mut owns = [false; CLASSES];
+        for (c, o) in owns.iter_mut().enumerate() {
+            *o = c % workers == w;
         }
+        Self {
+            owns,
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            dense: Dense {
+                classes: vec![Vec::new(); CLASSES],
+                extra_owners: ExtraOwners::default(),
+            },
+        }
+    }
+
+    fn memory_bytes(&self, k: u32) -> usize {
+        let extra = |m: &ExtraOwners| {
+            m.capacity() * (std::mem::size_of::<(Key, Vec<u32>)>() + 1) + m.len() * k as usize * 4
+        };
+        self.dense
+            .classes
+            .iter()
+            .map(|c| c.capacity() * std::mem::size_of::<Entry>())
+            .sum::<usize>()
+            + extra(&self.dense.extra_owners)
+            + self
+                .shards
+                .iter()
+                .map(|s| s.table.memory_bytes() + extra(&s.extra_owners))
+                .sum::<usize>()
     }
 }
 
@@ -223,12 +257,8 @@ pub struct IndexBuilder {
     patients: Vocab,
     finished_patients: Vec<bool>,
     last_patient: Option<u32>,
-    /// Per worker, its shards. Workers count disjoint sets of whole patients, so their
-    /// totals add up; `finish` merges them shard by shard.
-    workers: Vec<Vec<Shard>>,
-    /// Documents (word ids, document number, patient) of the last patient seen, not yet
-    /// counted because they may continue in the next batch.
-    open: Vec<(Vec<u32>, u32, u32)>,
+    /// Per worker, its shards and single-word arrays: workers count disjoint sets of terms.
+    workers: Vec<Worker>,
     pool: Option<Arc<rayon::ThreadPool>>,
     batches: u64,
     documents: u64,
@@ -257,7 +287,6 @@ impl IndexBuilder {
             finished_patients: Vec::new(),
             last_patient: None,
             workers: Vec::new(),
-            open: Vec::new(),
             pool,
             batches: 0,
             documents: 0,
@@ -280,18 +309,9 @@ impl IndexBuilder {
 
     /// Approximate heap bytes held (term tables and vocabularies).
     pub fn memory_bytes(&self) -> usize {
-        let shards: usize = self
-            .workers
-            .iter()
-            .flatten()
-            .map(|s| {
-                s.table.memory_bytes()
-                    + s.extra_owners.capacity() * (std::mem::size_of::<(Key, Vec<u32>)>() + 1)
-                    + s.extra_owners.len() * self.cfg.k as usize * 4
-            })
-            .sum();
-        let open: usize = self.open.iter().map(|u| u.0.capacity() * 4).sum();
-        self.vocab.memory_bytes() + self.patients.memory_bytes() + shards + open
+        let k = self.cfg.k;
+        let shards: usize = self.workers.iter().map(|w| w.memory_bytes(k)).sum();
+        self.vocab.memory_bytes() + self.patients.memory_bytes() + shards
     }
 
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
@@ -321,7 +341,7 @@ impl IndexBuilder {
             if texts.get(row).is_none() {
                 return Err(CoreError::Null { what: "text", row });
             }
-            let p = self.patients.intern(hash_str(pid), pid);
+            let p = self.patients.intern_str(pid);
             if p as usize == self.finished_patients.len() {
                 self.finished_patients.push(false);
             }
@@ -346,19 +366,24 @@ impl IndexBuilder {
 
         // Phases 1-2 by chunks of rows: tokenise in parallel against the vocabulary as it is
         // (misses kept aside), then intern the misses in row order, so ids follow first
-        // occurrence. Chunks start small so a cold vocabulary warms up on few documents.
+        // occurrence. While the vocabulary is cold, chunks start small so that it warms up on
+        // few documents.
         // Word ids of the whole batch go back to back into one vector.
         let mut ids: Vec<u32> = Vec::new();
         let mut ends: Vec<usize> = Vec::with_capacity(rows);
         let mut chunk_start = 0;
-        let mut chunk_len = 64;
+        let mut chunk_len = if self.vocab.len() < COLD_VOCAB {
+            64
+        } else {
+            rows
+        };
         while chunk_start < rows {
             let chunk_end = (chunk_start + chunk_len).min(rows);
             for mut piece in self.tokenize_rows(texts, chunk_start..chunk_end) {
-                for &(pos, h, start, end) in &piece.misses {
+                for &(pos, start, end) in &piece.misses {
                     piece.ids[pos as usize] = self
                         .vocab
-                        .intern(h, &piece.arena[start as usize..end as usize]);
+                        .intern_str(&piece.arena[start as usize..end as usize]);
                 }
                 let base = ids.len();
                 ids.extend_from_slice(&piece.ids);
@@ -371,15 +396,10 @@ impl IndexBuilder {
         let doc_base = self.documents;
         self.documents += rows as u64;
 
-        // Phase 3: the documents of complete patients (the open one from the previous batch
-        // first), cut at patient boundaries into one contiguous range per worker, balanced by
-        // words; each worker counts its range into its own shards. The batch's last patient
-        // stays open, as its documents may continue in the next batch.
-        let open = std::mem::take(&mut self.open);
-        let mut units: Vec<Unit<'_>> = open
-            .iter()
-            .map(|(w, d, p)| (w.as_slice(), *d, *p))
-            .collect();
+        // Phase 3: every worker counts the n-grams of the batch whose first word it owns.
+        // A patient's documents may continue in the next batch: each term's entry sees its
+        // occurrences in input order whatever the batches, which is all counting needs.
+        let mut units: Vec<Unit<'_>> = Vec::with_capacity(rows);
         let mut start = 0;
         for (row, &end) in ends.iter().enumerate() {
             units.push((
@@ -389,14 +409,13 @@ impl IndexBuilder {
             ));
             start = end;
         }
-        let last = units.last().map(|u| u.2).expect("rows > 0");
-        let keep = units.iter().rev().take_while(|u| u.2 == last).count();
-        let tail = units.split_off(units.len() - keep);
-        count_units_parallel(&mut self.workers, self.pool.as_deref(), &self.cfg, &units);
-        self.open = tail
-            .into_iter()
-            .map(|(w, d, p)| (w.to_vec(), d, p))
-            .collect();
+        count_units_parallel(
+            &mut self.workers,
+            self.pool.as_deref(),
+            &self.cfg,
+            &units,
+            self.vocab.len(),
+        );
         Ok(())
     }
 
@@ -416,17 +435,14 @@ impl IndexBuilder {
                     let mut buf = String::new();
                     for row in start..end {
                         let text = texts.get(row).unwrap_or("");
-                        for_each_term(text, &norm, &mut buf, |term| {
-                            let h = hash_str(term);
-                            match vocab.find(h, term) {
-                                Some(id) => piece.ids.push(id),
-                                None => {
-                                    let a = piece.arena.len() as u32;
-                                    piece.arena.push_str(term);
-                                    let b = piece.arena.len() as u32;
-                                    piece.misses.push((piece.ids.len() as u32, h, a, b));
-                                    piece.ids.push(MISS);
-                                }
+                        for_each_term(text, &norm, &mut buf, |term| match vocab.find(term) {
+                            Some(id) => piece.ids.push(id),
+                            None => {
+                                let a = piece.arena.len() as u32;
+                                piece.arena.push_str(term.text);
+                                let b = piece.arena.len() as u32;
+                                piece.misses.push((piece.ids.len() as u32, a, b));
+                                piece.ids.push(MISS);
                             }
                         });
                         piece.ends.push(piece.ids.len() as u32);
@@ -442,12 +458,6 @@ impl IndexBuilder {
             return Err(CoreError::Finished);
         }
         self.done = true;
-        let open = std::mem::take(&mut self.open);
-        let units: Vec<Unit<'_>> = open
-            .iter()
-            .map(|(w, d, p)| (w.as_slice(), *d, *p))
-            .collect();
-        count_units_parallel(&mut self.workers, self.pool.as_deref(), &self.cfg, &units);
         Ok(())
     }
 
@@ -467,19 +477,16 @@ impl IndexBuilder {
             .collect()
     }
 
-    /// Merge the shards into one list of (key, totals), sorted by (n, term), and the owners
-    /// beyond the first two (when `k > 2`).
+    /// Gather the workers' counts and order the rows by (n, term).
     ///
     /// Sorting compares integers, not strings: each word gets its rank in the sorted
     /// vocabulary, and because a normalised word never contains a space (nor any byte below
     /// it), comparing n-grams word by word by rank gives the order of their joined strings.
-    #[allow(clippy::type_complexity)]
-    fn sorted_entries(&mut self) -> Result<(Vec<(Key, Entry)>, FxHashMap<Key, Vec<u32>>)> {
+    fn merged(&mut self) -> Result<Merged> {
         self.close()?;
-        let k = self.cfg.k;
         let mut workers = std::mem::take(&mut self.workers);
         let vocab = &self.vocab;
-        let build = || {
+        let build = move || {
             let mut by_string: Vec<u32> = (0..vocab.len() as u32).collect();
             by_string.par_sort_unstable_by(|&a, &b| vocab.get(a).cmp(vocab.get(b)));
             let mut rank = vec![0u32; vocab.len()];
@@ -496,46 +503,61 @@ impl IndexBuilder {
                 }
                 (n as u8, packed)
             };
-            // Workers counted disjoint patients: merge them shard by shard.
-            let mut shards: Vec<Shard> = if workers.is_empty() {
-                Vec::new()
-            } else {
-                workers.remove(0)
-            };
-            let mut others: Vec<Vec<Shard>> = (0..shards.len()).map(|_| Vec::new()).collect();
-            for worker in workers {
-                for (s, shard) in worker.into_iter().enumerate() {
-                    others[s].push(shard);
-                }
+            let owner: Vec<u32> = (0..CLASSES)
+                .map(|c| workers.iter().position(|w| w.owns[c]).unwrap_or(0) as u32)
+                .collect();
+            // Single words counted densely come first (n = 1), in vocabulary order.
+            let mut rows: Vec<u64> = by_string
+                .iter()
+                .filter(|&&id| {
+                    workers
+                        .get(owner[id as usize % CLASSES] as usize)
+                        .and_then(|w| w.dense.get(id))
+                        .is_some_and(|e| e.count > 0)
+                })
+                .map(|&id| id as u64 | WORD_ROW)
+                .collect();
+            // Every table's terms with their sort keys, filled in parallel into one vector.
+            let tables: Vec<(usize, usize)> = (0..workers.len())
+                .flat_map(|w| (0..SHARDS).map(move |s| (w, s)))
+                .collect();
+            let total: usize = tables
+                .iter()
+                .map(|&(w, s)| workers[w].shards[s].table.len())
+                .sum();
+            let mut order: Vec<(u8, u128, u64)> = vec![(0, 0, 0); total];
+            let mut parts: Vec<&mut [(u8, u128, u64)]> = Vec::with_capacity(tables.len());
+            let mut rest = order.as_mut_slice();
+            for &(w, s) in &tables {
+                let (part, tail) = rest.split_at_mut(workers[w].shards[s].table.len());
+                parts.push(part);
+                rest = tail;
             }
-            shards
-                .par_iter_mut()
-                .zip(others.into_par_iter())
-                .for_each(|(dst, srcs)| {
-                    for src in srcs {
-                        dst.merge(src, k);
+            parts
+                .into_par_iter()
+                .zip(tables.par_iter())
+                .for_each(|(part, &(w, s))| {
+                    let table = &workers[w].shards[s].table;
+                    for (out, (slot, key)) in part.iter_mut().zip(table.occupied()) {
+                        let (n, packed) = sort_key(key);
+                        *out = (n, packed, (w as u64) << 38 | (s as u64) << 32 | slot as u64);
                     }
                 });
-            let mut extra = FxHashMap::default();
-            let mut entries: Vec<(Key, Entry)> = Vec::new();
-            for shard in shards {
-                entries.extend(shard.table.into_entries());
-                extra.extend(shard.extra_owners);
-            }
-            let mut order: Vec<(u8, u128, u32)> = entries
-                .par_iter()
-                .enumerate()
-                .map(|(i, (key, _))| {
-                    let (n, packed) = sort_key(*key);
-                    (n, packed, i as u32)
-                })
-                .collect();
             order.par_sort_unstable();
-            let sorted = order
-                .par_iter()
-                .map(|&(_, _, i)| entries[i as usize])
-                .collect();
-            (sorted, extra)
+            rows.extend(order.iter().map(|&(_, _, loc)| loc));
+            let mut extra = ExtraOwners::default();
+            for w in &mut workers {
+                extra.extend(std::mem::take(&mut w.dense.extra_owners));
+                for shard in &mut w.shards {
+                    extra.extend(std::mem::take(&mut shard.extra_owners));
+                }
+            }
+            Merged {
+                workers,
+                owner,
+                extra,
+                rows,
+            }
         };
         Ok(self.install(build))
     }
@@ -545,7 +567,7 @@ impl IndexBuilder {
         &self,
         key: Key,
         e: &'a Entry,
-        extra: &'a FxHashMap<Key, Vec<u32>>,
+        extra: &'a ExtraOwners,
     ) -> impl Iterator<Item = u32> + 'a {
         let k = self.cfg.k;
         let inline = e.patients.min(k).min(2) as usize;
@@ -571,21 +593,23 @@ impl IndexBuilder {
     /// Finish and return the rows, sorted by (n, term).
     pub fn finish_rows(&mut self) -> Result<Vec<TermRow>> {
         let k = self.cfg.k;
-        let (entries, extra) = self.sorted_entries()?;
+        let merged = self.merged()?;
         let mut term = String::new();
-        Ok(entries
+        Ok(merged
+            .rows
             .iter()
-            .map(|(key, e)| {
-                self.term_into(*key, &mut term);
+            .map(|&row| {
+                let (key, e) = merged.get(row);
+                self.term_into(key, &mut term);
                 TermRow {
                     term: term.clone(),
-                    n: key_len(*key) as u8,
+                    n: key_len(key) as u8,
                     patients: e.patients,
                     docs: e.docs,
                     count: e.count,
                     indirect: e.patients < k,
                     patient_ids: self
-                        .owners(*key, e, &extra)
+                        .owners(key, e, &merged.extra)
                         .map(|p| self.patients.get(p).to_owned())
                         .collect(),
                 }
@@ -596,15 +620,24 @@ impl IndexBuilder {
     /// Finish and return the `terms` table as record batches of at most 2^18 rows.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let k = self.cfg.k;
-        let (entries, extra) = self.sorted_entries()?;
-        let batch = |chunk: &[(Key, Entry)]| {
+        let merged = self.merged()?;
+        let batch = |chunk: &[u64]| {
+            // Rows are scattered over the tables: fetch a few ahead.
+            let rows: Vec<(Key, &Entry)> = (0..chunk.len())
+                .map(|i| {
+                    if let Some(&ahead) = chunk.get(i + AHEAD) {
+                        merged.prefetch(ahead);
+                    }
+                    merged.get(chunk[i])
+                })
+                .collect();
             let mut term = String::new();
-            let mut terms = StringBuilder::with_capacity(chunk.len(), chunk.len() * 12);
+            let mut terms = StringBuilder::with_capacity(rows.len(), rows.len() * 12);
             let mut ids = ListBuilder::new(StringBuilder::new());
-            for (key, e) in chunk {
-                self.term_into(*key, &mut term);
+            for &(key, e) in &rows {
+                self.term_into(key, &mut term);
                 terms.append_value(&term);
-                for p in self.owners(*key, e, &extra) {
+                for p in self.owners(key, e, &merged.extra) {
                     ids.values().append_value(self.patients.get(p));
                 }
                 ids.append(true);
@@ -612,27 +645,64 @@ impl IndexBuilder {
             let columns: Vec<ArrayRef> = vec![
                 Arc::new(terms.finish()),
                 Arc::new(UInt8Array::from_iter_values(
-                    chunk.iter().map(|e| key_len(e.0) as u8),
+                    rows.iter().map(|r| key_len(r.0) as u8),
                 )),
                 Arc::new(UInt32Array::from_iter_values(
-                    chunk.iter().map(|e| e.1.patients),
+                    rows.iter().map(|r| r.1.patients),
                 )),
-                Arc::new(UInt32Array::from_iter_values(
-                    chunk.iter().map(|e| e.1.docs),
-                )),
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.1.docs))),
                 Arc::new(UInt64Array::from_iter_values(
-                    chunk.iter().map(|e| e.1.count),
+                    rows.iter().map(|r| r.1.count),
                 )),
-                Arc::new(BooleanArray::from(vec![false; chunk.len()])),
+                Arc::new(BooleanArray::from(vec![false; rows.len()])),
                 Arc::new(BooleanArray::from_iter(
-                    chunk.iter().map(|e| Some(e.1.patients < k)),
+                    rows.iter().map(|r| Some(r.1.patients < k)),
                 )),
                 Arc::new(ids.finish()),
             ];
             RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
         };
         let this = &*self;
-        Ok(this.install(|| entries.par_chunks(OUTPUT_ROWS).map(batch).collect()))
+        Ok(this.install(|| merged.rows.par_chunks(OUTPUT_ROWS).map(batch).collect()))
+    }
+}
+
+/// Marks a row of [`Merged::rows`] that is a word id (a densely counted single word); other
+/// rows are `worker << 38 | shard << 32 | slot`.
+const WORD_ROW: u64 = 1 << 63;
+
+/// The counts of a finished index, with its rows in (n, term) order.
+struct Merged {
+    workers: Vec<Worker>,
+    /// The worker that owns each class of words.
+    owner: Vec<u32>,
+    extra: ExtraOwners,
+    rows: Vec<u64>,
+}
+
+impl Merged {
+    /// Hint the CPU to fetch a row's table slot.
+    #[inline]
+    fn prefetch(&self, row: u64) {
+        if row & WORD_ROW == 0 {
+            let (w, s) = ((row >> 38) as usize, (row >> 32) as usize & (SHARDS - 1));
+            self.workers[w].shards[s]
+                .table
+                .prefetch_slot(row as u32 as usize);
+        }
+    }
+
+    /// The key and totals of a row.
+    #[inline]
+    fn get(&self, row: u64) -> (Key, &Entry) {
+        if row & WORD_ROW != 0 {
+            let id = (row & !WORD_ROW) as u32;
+            let w = &self.workers[self.owner[id as usize % CLASSES] as usize];
+            (id as Key + 1, w.dense.get(id).expect("a counted word"))
+        } else {
+            let (w, s) = ((row >> 38) as usize, (row >> 32) as usize & (SHARDS - 1));
+            self.workers[w].shards[s].table.at(row as u32 as usize)
+        }
     }
 }
 
@@ -645,48 +715,37 @@ fn shard_of_hash(hash: u64) -> usize {
 type Unit<'a> = (&'a [u32], u32, u32);
 
 /// Tokenised rows: word ids back to back, each row's end, and the words not yet in the
-/// vocabulary (position in `ids`, hash, range in `arena`).
+/// vocabulary (position in `ids`, range in `arena`).
 #[derive(Default)]
 struct Piece {
     ids: Vec<u32>,
     ends: Vec<u32>,
-    misses: Vec<(u32, u64, u32, u32)>,
+    misses: Vec<(u32, u32, u32)>,
     arena: String,
 }
 
-/// Count complete patients' documents: cut at patient boundaries into one contiguous range
-/// per worker, balanced by words, each counted into the worker's own shards.
+/// Count documents: every worker scans them all and counts the n-grams whose first word it
+/// owns. Word ids are below `vocab_len`.
 fn count_units_parallel(
-    workers: &mut Vec<Vec<Shard>>,
+    workers: &mut Vec<Worker>,
     pool: Option<&rayon::ThreadPool>,
     cfg: &IndexConfig,
     units: &[Unit<'_>],
+    vocab_len: usize,
 ) {
     if units.is_empty() {
         return;
     }
-    let threads = pool.map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
-    while workers.len() < threads.max(1) {
-        workers.push((0..SHARDS).map(|_| Shard::default()).collect());
+    if workers.is_empty() {
+        let threads = pool
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+            .clamp(1, CLASSES);
+        *workers = (0..threads).map(|w| Worker::new(w, threads)).collect();
     }
-    let total: usize = units.iter().map(|u| u.0.len() + 1).sum();
-    let mut cuts = vec![0usize];
-    let mut acc = 0usize;
-    for (i, u) in units.iter().enumerate() {
-        if i > 0 && u.2 != units[i - 1].2 && acc * workers.len() >= total * cuts.len() {
-            cuts.push(i);
-        }
-        acc += u.0.len() + 1;
-    }
-    cuts.push(units.len());
-    let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
-    let work = || {
+    let mut work = || {
         workers
             .par_iter_mut()
-            .zip(ranges.into_par_iter())
-            .for_each(|(shards, (a, b))| {
-                count_units(&units[a..b], cfg, shards);
-            });
+            .for_each(|worker| count_units(units, cfg, worker, vocab_len));
     };
     match pool {
         Some(p) => p.install(work),
@@ -694,9 +753,16 @@ fn count_units_parallel(
     }
 }
 
-/// Count the n-grams of documents, in order, into one worker's shards, prefetching table
-/// slots a few updates ahead.
-fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, shards: &mut [Shard]) {
+/// Whether single words are counted in [`Dense`] arrays: when no partition filters terms (a
+/// partition pass must not hold an array over the whole vocabulary).
+fn dense_unigrams(cfg: &IndexConfig) -> bool {
+    cfg.modulus == 1
+}
+
+/// Count the n-grams of documents whose first word the worker owns, in order, into its
+/// shards (single words into its arrays when [`dense_unigrams`]), prefetching table slots a
+/// few updates ahead.
+fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, worker: &mut Worker, vocab_len: usize) {
     let filter = cfg.modulus > 1;
     let (m, r) = (cfg.modulus as u64, cfg.residue as u64);
     let pow2 = cfg.modulus.is_power_of_two();
@@ -704,14 +770,38 @@ fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, shards: &mut [Shard]) {
         let h = partition_hash(key);
         (if pow2 { h & (m - 1) } else { h % m }) == r
     };
+    let dense = dense_unigrams(cfg);
+    let Worker {
+        owns,
+        shards,
+        dense: unigrams,
+    } = worker;
+    if dense {
+        let per_class = vocab_len.div_ceil(CLASSES);
+        for (c, class) in unigrams.classes.iter_mut().enumerate() {
+            if owns[c] && class.len() < per_class {
+                let len = per_class.max(class.len() * 2).max(16);
+                class.resize(len, Entry::default());
+            }
+        }
+    }
+    let first_n = usize::from(dense);
     // A small FIFO of pending updates: the slot of each is prefetched when it enters.
     let mut ring = [(0 as Key, 0u64, 0u32, 0u32); AHEAD];
     let mut head = 0usize;
     let mut pending = 0usize;
     for &(ids, doc, patient) in units {
         for i in 0..ids.len() {
-            let mut key: Key = 0;
-            for n in 0..cfg.max_n.min(ids.len() - i) {
+            let first = ids[i] as usize;
+            if !owns[first % CLASSES] {
+                continue;
+            }
+            let mut key: Key = first as Key + 1;
+            if dense {
+                let e = &mut unigrams.classes[first % CLASSES][first / CLASSES];
+                count_entry(e, &mut unigrams.extra_owners, key, doc, patient, cfg.k);
+            }
+            for n in first_n..cfg.max_n.min(ids.len() - i) {
                 key |= ((ids[i + n] as u128) + 1) << (32 * n);
                 if filter && !in_partition(key) {
                     continue;

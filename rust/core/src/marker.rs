@@ -11,7 +11,7 @@
 use crate::error::{CoreError, Result};
 use crate::index::Key;
 use crate::normalize::{for_each_term, Normalizer};
-use crate::vocab::{hash_str, Vocab};
+use crate::vocab::Vocab;
 use crate::MAX_N;
 use rustc_hash::FxHashSet;
 
@@ -71,7 +71,7 @@ impl Marker {
                     "a blacklisted term has more than {MAX_N} words"
                 )));
             }
-            let id = self.vocab.intern(hash_str(word), word);
+            let id = self.vocab.intern_str(word);
             key |= ((id as u128) + 1) << (32 * n);
             n += 1;
         }
@@ -96,7 +96,7 @@ impl Marker {
         let mut ids: Vec<Option<u32>> = Vec::new();
         let mut buf = String::new();
         for_each_term(text, &self.normalizer, &mut buf, |term| {
-            ids.push(self.vocab.find(hash_str(term), term));
+            ids.push(self.vocab.find(term));
         });
         let m = self.max_n.max(1);
         let mut table = vec![false; ids.len() * m];

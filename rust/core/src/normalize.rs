@@ -5,6 +5,7 @@
 //! unambiguously. ASCII words take a fast path (ASCII is stable under every normal form).
 
 use crate::error::{CoreError, Result};
+use crate::vocab::Term;
 use unicode_normalization::UnicodeNormalization;
 
 /// The Unicode normal form applied before lower-casing.
@@ -84,40 +85,99 @@ impl Normalizer {
     }
 }
 
-/// Calls `f` with the normalised form of every word of `text`, in order (`buf` is scratch).
+/// Per ASCII byte: 0 for a separator, else the byte a word keeps (lower-cased in `LOWER`).
+/// Bytes >= 0x80 map to `NON_ASCII`.
+const NON_ASCII: u8 = 0xff;
+
+const fn byte_classes(lowercase: bool) -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c >= 0x80 {
+            NON_ASCII
+        } else if c.is_ascii_alphanumeric() {
+            if lowercase {
+                c.to_ascii_lowercase()
+            } else {
+                c
+            }
+        } else {
+            0
+        };
+        b += 1;
+    }
+    t
+}
+
+static LOWER: [u8; 256] = byte_classes(true);
+static KEEP: [u8; 256] = byte_classes(false);
+
+/// Calls `f` with the normalised form of every word of `text`, in order, hashed for vocabulary
+/// look-ups (`buf` is scratch).
 ///
-/// Equivalent to normalising each word of [`crate::words::for_each_word`], with one pass over
-/// the bytes of all-ASCII words, the common case of clinical text.
+/// Equivalent to normalising each word of [`crate::words::for_each_word`]. All-ASCII words,
+/// the common case of clinical text, take one pass over their bytes; those of up to 7 bytes
+/// are hashed from a register without being copied.
 #[inline]
-pub fn for_each_term(text: &str, norm: &Normalizer, buf: &mut String, mut f: impl FnMut(&str)) {
+pub fn for_each_term(
+    text: &str,
+    norm: &Normalizer,
+    buf: &mut String,
+    mut f: impl FnMut(&Term<'_>),
+) {
+    let class = if norm.lowercase { &LOWER } else { &KEEP };
     let bytes = text.as_bytes();
     let n = bytes.len();
     let mut i = 0;
     while i < n {
-        let b = bytes[i];
-        if b < 0x80 && !b.is_ascii_alphanumeric() {
+        let c = class[bytes[i] as usize];
+        if c == 0 {
             i += 1;
             continue;
         }
         let start = i;
-        while i < n && bytes[i].is_ascii_alphanumeric() {
-            i += 1;
-        }
-        if i == n || bytes[i] < 0x80 {
-            // An all-ASCII word (the loop above consumed at least one byte).
-            buf.clear();
-            buf.push_str(&text[start..i]);
-            if norm.lowercase {
-                buf.make_ascii_lowercase();
+        if c != NON_ASCII {
+            // ASCII word characters; the first 7 (normalised) go into a register.
+            let mut acc: u64 = 0;
+            loop {
+                let c = class[bytes[i] as usize];
+                if c == 0 || c == NON_ASCII {
+                    break;
+                }
+                let len = i - start;
+                if len < 8 {
+                    acc |= (c as u64) << (8 * len);
+                }
+                i += 1;
+                if i == n {
+                    break;
+                }
             }
-            f(buf);
-            continue;
+            if i == n || bytes[i] < 0x80 {
+                // An all-ASCII word.
+                let len = i - start;
+                if len <= 7 {
+                    let w = acc.to_le_bytes();
+                    // SAFETY: the bytes are ASCII word characters, hence UTF-8.
+                    let s = unsafe { std::str::from_utf8_unchecked(&w[..len]) };
+                    f(&Term::short(s, acc));
+                } else {
+                    buf.clear();
+                    buf.push_str(&text[start..i]);
+                    if norm.lowercase {
+                        buf.make_ascii_lowercase();
+                    }
+                    f(&Term::new(buf));
+                }
+                continue;
+            }
         }
         // A non-ASCII character: the word (if any) continues by the general rule.
         let mut end = i;
-        for c in text[i..].chars() {
-            if crate::words::is_word_char(c) {
-                end += c.len_utf8();
+        for ch in text[i..].chars() {
+            if crate::words::is_word_char(ch) {
+                end += ch.len_utf8();
             } else {
                 break;
             }
@@ -125,7 +185,7 @@ pub fn for_each_term(text: &str, norm: &Normalizer, buf: &mut String, mut f: imp
         if end > start {
             buf.clear();
             norm.normalize_into(&text[start..end], buf);
-            f(buf);
+            f(&Term::new(buf));
             i = end;
         } else {
             // A non-ASCII character that is not a word character.
@@ -158,12 +218,17 @@ mod tests {
             "a\u{2014}",
             "—",
             "ab—cd",
+            "ABCDEFG abcdefgh Abcdefghijklmno x9 9",
+            "12345678é",
         ] {
             let mut want = Vec::new();
             crate::words::for_each_word(text, |s, e| want.push(n.normalize(&text[s..e])));
             let mut got = Vec::new();
             let mut buf = String::new();
-            for_each_term(text, &n, &mut buf, |t| got.push(t.to_owned()));
+            for_each_term(text, &n, &mut buf, |t| {
+                assert_eq!(t.hash, Term::new(t.text).hash);
+                got.push(t.text.to_owned())
+            });
             assert_eq!(got, want, "{text:?}");
         }
     }

@@ -5,7 +5,7 @@
 use crate::index::Key;
 
 /// Totals of one term.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Entry {
     pub count: u64,
     pub docs: u32,
@@ -92,6 +92,12 @@ impl Table {
         }
     }
 
+    /// Hint the CPU to fetch slot `i`.
+    #[inline(always)]
+    pub fn prefetch_slot(&self, i: usize) {
+        self.prefetch(i as u64);
+    }
+
     /// The entry of `key` (whose hash is `hash`), inserted empty if new.
     #[inline(always)]
     pub fn entry(&mut self, key: Key, hash: u64) -> &mut Entry {
@@ -124,6 +130,22 @@ impl Table {
             }
             self.slots[i] = slot;
         }
+    }
+
+    /// The slot numbers of every term, in slot order, with their keys.
+    pub fn occupied(&self) -> impl Iterator<Item = (usize, Key)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.key != 0)
+            .map(|(i, s)| (i, s.key))
+    }
+
+    /// The key and entry in slot `i` (an occupied slot).
+    #[inline]
+    pub fn at(&self, i: usize) -> (Key, &Entry) {
+        let s = &self.slots[i];
+        (s.key, &s.entry)
     }
 
     /// Every (key, entry), in slot order.
