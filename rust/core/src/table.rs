@@ -86,8 +86,13 @@ impl Table {
         {
             let p = self.slots.as_ptr().wrapping_add(hash as usize & self.mask);
             // SAFETY: prefetching is a hint; it never faults, whatever the address.
+            // A slot may straddle two cache lines: fetch both.
             unsafe {
-                core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+                core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0);
+                core::arch::x86_64::_mm_prefetch(
+                    (p as *const i8).wrapping_add(std::mem::size_of::<Slot>() - 1),
+                    core::arch::x86_64::_MM_HINT_T0,
+                );
             };
         }
     }
