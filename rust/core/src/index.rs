@@ -482,7 +482,7 @@ impl IndexBuilder {
     /// Sorting compares integers, not strings: each word gets its rank in the sorted
     /// vocabulary, and because a normalised word never contains a space (nor any byte below
     /// it), comparing n-grams word by word by rank gives the order of their joined strings.
-    fn merged(&mut self) -> Result<Merged> {
+    fn counted(&mut self) -> Result<Counted> {
         self.close()?;
         let mut workers = std::mem::take(&mut self.workers);
         let vocab = &self.vocab;
@@ -552,7 +552,7 @@ impl IndexBuilder {
                     extra.extend(std::mem::take(&mut shard.extra_owners));
                 }
             }
-            Merged {
+            Counted {
                 workers,
                 owner,
                 extra,
@@ -593,13 +593,13 @@ impl IndexBuilder {
     /// Finish and return the rows, sorted by (n, term).
     pub fn finish_rows(&mut self) -> Result<Vec<TermRow>> {
         let k = self.cfg.k;
-        let merged = self.merged()?;
+        let counted = self.counted()?;
         let mut term = String::new();
-        Ok(merged
+        Ok(counted
             .rows
             .iter()
             .map(|&row| {
-                let (key, e) = merged.get(row);
+                let (key, e) = counted.get(row);
                 self.term_into(key, &mut term);
                 TermRow {
                     term: term.clone(),
@@ -609,7 +609,7 @@ impl IndexBuilder {
                     count: e.count,
                     indirect: e.patients < k,
                     patient_ids: self
-                        .owners(key, e, &merged.extra)
+                        .owners(key, e, &counted.extra)
                         .map(|p| self.patients.get(p).to_owned())
                         .collect(),
                 }
@@ -620,15 +620,15 @@ impl IndexBuilder {
     /// Finish and return the `terms` table as record batches of at most 2^18 rows.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let k = self.cfg.k;
-        let merged = self.merged()?;
+        let counted = self.counted()?;
         let batch = |chunk: &[u64]| {
             // Rows are scattered over the tables: fetch a few ahead.
             let rows: Vec<(Key, &Entry)> = (0..chunk.len())
                 .map(|i| {
                     if let Some(&ahead) = chunk.get(i + AHEAD) {
-                        merged.prefetch(ahead);
+                        counted.prefetch(ahead);
                     }
-                    merged.get(chunk[i])
+                    counted.get(chunk[i])
                 })
                 .collect();
             let mut term = String::new();
@@ -637,7 +637,7 @@ impl IndexBuilder {
             for &(key, e) in &rows {
                 self.term_into(key, &mut term);
                 terms.append_value(&term);
-                for p in self.owners(key, e, &merged.extra) {
+                for p in self.owners(key, e, &counted.extra) {
                     ids.values().append_value(self.patients.get(p));
                 }
                 ids.append(true);
@@ -663,16 +663,16 @@ impl IndexBuilder {
             RecordBatch::try_new(terms_schema(), columns).expect("terms batch matches schema")
         };
         let this = &*self;
-        Ok(this.install(|| merged.rows.par_chunks(OUTPUT_ROWS).map(batch).collect()))
+        Ok(this.install(|| counted.rows.par_chunks(OUTPUT_ROWS).map(batch).collect()))
     }
 }
 
-/// Marks a row of [`Merged::rows`] that is a word id (a densely counted single word); other
+/// Marks a row of [`Counted::rows`] that is a word id (a densely counted single word); other
 /// rows are `worker << 38 | shard << 32 | slot`.
 const WORD_ROW: u64 = 1 << 63;
 
 /// The counts of a finished index, with its rows in (n, term) order.
-struct Merged {
+struct Counted {
     workers: Vec<Worker>,
     /// The worker that owns each class of words.
     owner: Vec<u32>,
@@ -680,7 +680,7 @@ struct Merged {
     rows: Vec<u64>,
 }
 
-impl Merged {
+impl Counted {
     /// Hint the CPU to fetch a row's table slot.
     #[inline]
     fn prefetch(&self, row: u64) {
