@@ -152,14 +152,6 @@ impl Table {
         let s = &self.slots[i];
         (s.key, &s.entry)
     }
-
-    /// Every (key, entry), in slot order.
-    pub fn into_entries(self) -> impl Iterator<Item = (Key, Entry)> {
-        self.slots
-            .into_iter()
-            .filter(|s| s.key != 0)
-            .map(|s| (s.key, s.entry))
-    }
 }
 
 #[cfg(test)]
@@ -176,7 +168,7 @@ mod tests {
             t.entry(k << 32 | 7, key_hash(k << 32 | 7)).count += 1;
         }
         assert_eq!(t.len(), 10_000);
-        let mut all: Vec<_> = t.into_entries().map(|(k, e)| (k, e.count)).collect();
+        let mut all: Vec<_> = t.occupied().map(|(i, k)| (k, t.at(i).1.count)).collect();
         all.sort();
         assert_eq!(all[0], (1 << 32 | 7, 2));
         assert_eq!(all[9_999], (10_000 << 32 | 7, 10_001));
