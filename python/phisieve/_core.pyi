@@ -58,3 +58,27 @@ def tokenize(texts: Any, normalize: str = "nfkc_lower") -> pa.RecordBatch:
 
 def normalize_word(word: str, normalize: str = "nfkc_lower") -> str:
     """The term a single word becomes."""
+
+def mask_batch(
+    seq_ids: Any,
+    input_ids: Any,
+    word_ids: Any,
+    protected: Any,
+    direct: Any,
+    indirect: Any,
+    length: int,
+    *,
+    causal: bool,
+    protect: str,
+    probability: float,
+    replace_mask: float,
+    replace_random: float,
+    mask_id: int,
+    pad_id: int,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Training rows of an encoded batch padded to ``length``: flat int64 ``input_ids``,
+    ``attention_mask`` and ``labels`` (rows x length values). ``protect`` is ``nothing``,
+    ``all``, ``direct`` or ``indirect``; draws depend on (seed, epoch, seq_id) only."""

@@ -152,6 +152,103 @@ def merge(
     out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
 
 
+@app.command()
+def encode(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
+    out: Out,
+    tokenizer: Annotated[
+        Path, typer.Option(help="A local Hugging Face fast tokenizer (folder or tokenizer.json).")
+    ],
+    terms: Annotated[Path | None, typer.Option(help="The terms of `phisieve index`.")] = None,
+    spans: Annotated[Path | None, typer.Option(help="Spans of direct identifiers.")] = None,
+    max_len: Annotated[int, typer.Option(help="Tokens per sequence, specials included.")] = 512,
+    ngram: Annotated[int, typer.Option(help="Use indirect n-grams up to this length.")] = 1,
+    policy: Annotated[str, typer.Option(help="n-gram policy: all or minimal.")] = "all",
+    pseudonymize: Annotated[
+        bool, typer.Option(help="Replace direct identifiers by X (MLMA/CLMA baselines).")
+    ] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Tokenise documents for a model, with per-token protected/direct flags, packed per
+    patient into sequences of at most MAX_LEN tokens."""
+    from .encode import encode as run
+
+    m = run(
+        docs,
+        out,
+        tokenizer,
+        terms=terms,
+        spans=spans,
+        max_len=max_len,
+        ngram=ngram,
+        policy=policy,
+        pseudonymize=pseudonymize,
+        progress=not quiet,
+    )
+    share = m["protected"] / m["tokens"] if m["tokens"] else 0.0
+    out_console.print(
+        f"{m['documents']:,} documents -> {m['sequences']:,} sequences, {m['tokens']:,} tokens; "
+        f"protected {m['protected']:,} ({share:.1%}), direct {m['direct']:,}; written to {out}"
+    )
+
+
+@app.command()
+def train(
+    encoded: Annotated[Path, typer.Argument(help="The encoded dataset.")],
+    model: Annotated[Path, typer.Option(help="A local Hugging Face model folder.")],
+    out: Out,
+    objective: Annotated[
+        str, typer.Option(help="ppmlm, ppclm, mlm, clm, mlma, clma, dpp or ipp.")
+    ] = "ppmlm",
+    batch_size: Annotated[int, typer.Option(help="Sequences per batch.")] = 8,
+    epochs: Annotated[int, typer.Option(help="Epochs (unless --max-steps).")] = 1,
+    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    learning_rate: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-5,
+    warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.0,
+    grad_accumulation: Annotated[int, typer.Option(help="Batches per optimizer step.")] = 1,
+    mask_probability: Annotated[float, typer.Option(help="Masked-LM share of words.")] = 0.15,
+    mask_only: Annotated[bool, typer.Option(help="Always [MASK] (no 80/10/10).")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of masks, order and initialisation.")] = 0,
+    num_workers: Annotated[int, typer.Option(help="DataLoader workers.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1...")] = "auto",
+    checkpoint_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
+    dp: Annotated[bool, typer.Option(help="DP-SGD with Opacus.")] = False,
+    noise_multiplier: Annotated[float, typer.Option(help="DP-SGD noise multiplier.")] = 1.0,
+    max_grad_norm: Annotated[float, typer.Option(help="DP-SGD per-sample clipping norm.")] = 1.0,
+    max_per_patient: Annotated[int, typer.Option(help="DP-SGD: sequences per patient.")] = 50,
+    delta: Annotated[float | None, typer.Option(help="DP δ (default 1/patients).")] = None,
+) -> None:
+    """Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving)
+    objective; writes the model, metrics.jsonl and train.json to OUT."""
+    from .masking import MaskingConfig
+    from .train import DPConfig, TrainConfig
+    from .train import train as run
+
+    cfg = TrainConfig(
+        objective=objective,
+        batch_size=batch_size,
+        epochs=epochs,
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        warmup_ratio=warmup_ratio,
+        grad_accumulation=grad_accumulation,
+        seed=seed,
+        num_workers=num_workers,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        masking=MaskingConfig(probability=mask_probability, mask_only=mask_only),
+        dp=DPConfig(noise_multiplier, max_grad_norm, max_per_patient, delta) if dp else None,
+    )
+    s = run(encoded, model, out, cfg)
+    line = (
+        f"{s['objective']}: {s['steps']} steps on {s['device']}, "
+        f"loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}"
+    )
+    if "dp" in s:
+        line += f"; DP-SGD ε = {s['dp']['epsilon']:.2f} at δ = {s['dp']['delta']:.2g}"
+    out_console.print(line + f"; model written to {out}")
+
+
 def print_index_summary(stats: dict[str, Any]) -> None:
     """A readable table of an index's statistics."""
     out_console.print(

@@ -7,6 +7,7 @@
 //! * [`index`]: the patient x term index (distinct patients, documents and occurrences per
 //!   word n-gram), multithreaded over record batches, exact for any thread count or batching.
 //! * [`marker`]: marks the words of a text that a blacklist of indirect n-grams protects.
+//! * [`masking`]: masked- and causal-LM labels that never target protected words.
 //! * [`text`]: read-only views over Arrow string columns.
 //!
 //! This crate has no Python dependency; `rust/py` wraps it.
@@ -14,6 +15,7 @@
 pub mod error;
 pub mod index;
 pub mod marker;
+pub mod masking;
 pub mod normalize;
 pub mod table;
 pub mod text;

@@ -11,14 +11,18 @@ use std::sync::Arc;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use arrow_array::builder::{BooleanBuilder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
+use arrow_array::Array;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use phisieve_core::index::terms_schema;
 use phisieve_core::marker::Policy;
+use phisieve_core::masking::{Flags, MaskConfig, Protect, Row, Sampler, Sequence};
 use phisieve_core::text::StrCol;
 use phisieve_core::{CoreError, IndexBuilder, IndexConfig, Marker, Normalizer};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::{PyArray, PyRecordBatch, PyTable};
 
 /// Raise the `phisieve.errors` exception that matches a core error.
@@ -292,6 +296,189 @@ fn normalize_word(py: Python<'_>, word: &str, normalize: &str) -> PyResult<Strin
     Ok(normalizer(py, normalize)?.normalize(word))
 }
 
+/// A list column of an encoded batch: offsets into its values, and which rows are null.
+fn list_column<'a>(
+    py: Python<'_>,
+    array: &'a ArrayRef,
+    name: &'static str,
+    rows: usize,
+) -> PyResult<&'a arrow_array::ListArray> {
+    let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
+    let list = array.as_list_opt::<i32>().ok_or_else(|| {
+        bad(format!(
+            "column {name} must be a list, not {}",
+            array.data_type()
+        ))
+    })?;
+    if list.len() != rows {
+        return Err(bad(format!(
+            "column {name} has {} rows, expected {rows}",
+            list.len()
+        )));
+    }
+    if let Some(row) = (0..rows).find(|&i| list.is_null(i)) {
+        return Err(bad(format!("column {name} is null at row {row}")));
+    }
+    Ok(list)
+}
+
+/// The training rows of an encoded batch, each padded to `length`: `input_ids`,
+/// `attention_mask` and `labels` as flat int64 Arrow arrays of rows x length values (numpy
+/// views them without a copy). See `phisieve_core::masking`.
+#[pyfunction]
+#[pyo3(signature = (
+    seq_ids, input_ids, word_ids, protected, direct, indirect,
+    length, *,
+    causal, protect, probability, replace_mask, replace_random,
+    mask_id, pad_id, vocab_size, seed, epoch,
+))]
+#[allow(clippy::too_many_arguments)]
+fn mask_batch<'py>(
+    py: Python<'py>,
+    seq_ids: PyArray,
+    input_ids: PyArray,
+    word_ids: PyArray,
+    protected: PyArray,
+    direct: PyArray,
+    indirect: PyArray,
+    length: usize,
+    causal: bool,
+    protect: &str,
+    probability: f64,
+    replace_mask: f64,
+    replace_random: f64,
+    mask_id: u32,
+    pad_id: u32,
+    vocab_size: u32,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
+    let protect = match protect {
+        "nothing" => Protect::Nothing,
+        "all" => Protect::All,
+        "direct" => Protect::Direct,
+        "indirect" => Protect::Indirect,
+        other => {
+            return Err(bad(format!(
+                "unknown protection {other:?}; expected nothing, all, direct or indirect"
+            )))
+        }
+    };
+    let cfg = MaskConfig {
+        causal,
+        protect,
+        probability,
+        replace_mask,
+        replace_random,
+        mask_id,
+        pad_id,
+        vocab_size,
+        seed,
+        epoch,
+    };
+    cfg.validate().map_err(|e| to_py_err(py, e))?;
+    let (seq_ids, _) = seq_ids.into_inner();
+    let seq_ids = seq_ids.as_primitive_opt::<UInt64Type>().ok_or_else(|| {
+        bad(format!(
+            "column seq_id must be uint64, not {}",
+            seq_ids.data_type()
+        ))
+    })?;
+    let rows = seq_ids.len();
+    if seq_ids.null_count() > 0 {
+        return Err(bad("column seq_id has nulls".to_string()));
+    }
+    let arrays = [input_ids, word_ids, protected, direct, indirect].map(|a| a.into_inner().0);
+    let ids = list_column(py, &arrays[0], "input_ids", rows)?;
+    let words = list_column(py, &arrays[1], "word_ids", rows)?;
+    let flag_lists = [
+        list_column(py, &arrays[2], "protected", rows)?,
+        list_column(py, &arrays[3], "direct", rows)?,
+        list_column(py, &arrays[4], "indirect", rows)?,
+    ];
+    let id_values = ids
+        .values()
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| {
+            bad(format!(
+                "column input_ids must hold uint32, not {}",
+                ids.value_type()
+            ))
+        })?;
+    let word_values = words
+        .values()
+        .as_primitive_opt::<Int32Type>()
+        .ok_or_else(|| {
+            bad(format!(
+                "column word_ids must hold int32, not {}",
+                words.value_type()
+            ))
+        })?;
+    let names = ["protected", "direct", "indirect"];
+    let mut flags = Vec::with_capacity(3);
+    for (list, name) in flag_lists.iter().zip(names) {
+        flags.push(list.values().as_boolean_opt().ok_or_else(|| {
+            bad(format!(
+                "column {name} must hold booleans, not {}",
+                list.value_type()
+            ))
+        })?);
+    }
+    let out = run(py, move || {
+        let size = rows.checked_mul(length).ok_or_else(|| {
+            CoreError::InvalidArgument(format!("{rows} rows of length {length} is too large"))
+        })?;
+        let (mut oa, mut ob, mut oc) = (vec![0i64; size], vec![0i64; size], vec![0i64; size]);
+        let mut sampler = Sampler::default();
+        for r in 0..rows {
+            let span = |l: &arrow_array::ListArray| {
+                let o = l.value_offsets();
+                (o[r] as usize, o[r + 1] as usize)
+            };
+            let (s, e) = span(ids);
+            for (list, name) in flag_lists.iter().zip(names).chain([(&words, "word_ids")]) {
+                if span(list) != (s, e) {
+                    return Err(CoreError::InvalidArgument(format!(
+                        "sequence at row {r}: {name} and input_ids differ in length"
+                    )));
+                }
+            }
+            let (fp, fd, fi) = (flags[0], flags[1], flags[2]);
+            let flag = |i: usize| Flags {
+                protected: fp.value(s + i),
+                direct: fd.value(s + i),
+                indirect: fi.value(s + i),
+            };
+            let seq = Sequence {
+                seq_id: seq_ids.value(r),
+                input_ids: &id_values.values()[s..e],
+                word_ids: &word_values.values()[s..e],
+                flags: &flag,
+            };
+            let w = r * length..(r + 1) * length;
+            let row = Row {
+                input_ids: &mut oa[w.clone()],
+                attention_mask: &mut ob[w.clone()],
+                labels: &mut oc[w],
+            };
+            sampler.fill(&seq, &cfg, row, r)?;
+        }
+        Ok([oa, ob, oc])
+    })?;
+    let pyarrow = py.import("pyarrow")?;
+    let arrays = out
+        .into_iter()
+        .map(|v| {
+            let array: ArrayRef = Arc::new(arrow_array::Int64Array::from(v));
+            pyarrow
+                .getattr("array")?
+                .call1((PyArray::from_array_ref(array).into_pyobject(py)?,))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, arrays)
+}
+
 /// mimalloc's `mi_option_purge_delay` (the same index in its v2 and v3 headers) and default.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 10;
@@ -328,6 +515,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<PyIndexBuilder>()?;
     m.add_class::<PyMarker>()?;
+    m.add_function(wrap_pyfunction!(mask_batch, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_word, m)?)?;
     Ok(())

@@ -1,0 +1,579 @@
+"""The ``encode`` stage: documents -> model token sequences with per-token protection flags.
+
+Documents are tokenised by any Hugging Face *fast* tokenizer (WordPiece, byte-level BPE,
+SentencePiece...). Each model token is mapped to phisieve's words (DESIGN.md §2) by character
+offsets, so whole-word masking and protection work the same with every tokenizer. A token is
+
+* ``indirect`` when a word it overlaps is an indirect identifier (a term used by fewer than k
+  patients, or a word the n-gram policy protects when n-gram terms are used);
+* ``direct`` when a word it overlaps lies in a direct span of its document, has the same
+  normalised form as a word in a direct span of the same patient, or is a ``direct`` term;
+* ``protected`` when either holds.
+
+Each patient's consecutive documents are packed into sequences of at most ``max_len`` tokens
+(sequences never mix patients; the last one of a patient is kept, shorter). Padding happens
+when batches are built (:mod:`phisieve.masking`). With ``pseudonymize=True`` the words of
+direct identifiers are replaced by ``X`` in the text first (the MLMA/CLMA baselines): those
+tokens are then ordinary training targets and no token is ``direct``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _core
+from .dataset import MANIFEST, DatasetWriter, open_source, require_columns
+from .errors import ConfigError, InputError, MissingDependencyError
+from .progress import progress_bar
+from .term_index import _string, read_terms
+
+ENCODED = pa.schema(
+    [
+        pa.field("seq_id", pa.uint64(), nullable=False),
+        pa.field("patient_id", pa.string(), nullable=False),
+        pa.field("doc_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("input_ids", pa.list_(pa.uint32()), nullable=False),
+        pa.field("word_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("protected", pa.list_(pa.bool_()), nullable=False),
+        pa.field("direct", pa.list_(pa.bool_()), nullable=False),
+        pa.field("indirect", pa.list_(pa.bool_()), nullable=False),
+    ]
+)
+"""The ``encoded`` table (DESIGN.md §1, plus the ``indirect`` flags the IPP baseline needs).
+``word_ids`` number the words of a sequence 0, 1, 2...; -1 marks tokens outside any word
+(special tokens, punctuation)."""
+
+ENCODING = "_encoding.json"
+"""Name of the file, beside the parts, that records how a dataset was encoded."""
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """Load a Hugging Face fast tokenizer from a local folder or a ``tokenizer.json`` file.
+
+    Nothing is downloaded: the path must exist locally.
+    """
+    try:
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    except ImportError as e:
+        raise MissingDependencyError("transformers", "torch") from e
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such tokenizer file or folder", path=path)
+    if path.is_file():
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not getattr(tok, "is_fast", False):
+        raise ConfigError(
+            f"the tokenizer at {path} is not a fast tokenizer; encode needs character offsets"
+        )
+    return tok
+
+
+@dataclass
+class SpecialTokens:
+    """The token ids encode and the batch builders rely on."""
+
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    prefix: list[int]
+    suffix: list[int]
+    doc_end: int | None
+
+    @classmethod
+    def of(cls, tok: Any) -> SpecialTokens:
+        """BERT-like: ``[CLS] doc [SEP] doc [SEP]``; GPT-like: ``doc <eos> doc <eos>``."""
+        cls_id, sep_id, eos_id = tok.cls_token_id, tok.sep_token_id, tok.eos_token_id
+        pad = tok.pad_token_id
+        if pad is None:
+            pad = eos_id if eos_id is not None else 0
+        if cls_id is not None and sep_id is not None:
+            prefix, suffix, doc_end = [cls_id], [sep_id], sep_id
+        else:
+            prefix, suffix, doc_end = [], [], eos_id
+        return cls(len(tok), int(pad), tok.mask_token_id, prefix, suffix, doc_end)
+
+
+@dataclass
+class _Sequence:
+    patient: str
+    doc_ids: list[str] = field(default_factory=list)
+    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    length: int = 0
+
+
+class _Packer:
+    """Packs one patient's documents into sequences of at most ``max_len`` tokens."""
+
+    def __init__(self, max_len: int, special: SpecialTokens) -> None:
+        self.special = special
+        self.capacity = max_len - len(special.prefix) - len(special.suffix)
+        if self.capacity < 2:
+            raise ConfigError(f"max_len {max_len} leaves no room for tokens")
+        self.current: _Sequence | None = None
+        self.done: list[_Sequence] = []
+        self.patient: str | None = None
+        self.next_word = 0
+
+    def _emit(self) -> None:
+        if self.current is not None and self.current.length > 0:
+            self.done.append(self.current)
+        self.current = None
+
+    def add(
+        self,
+        patient: str,
+        doc_id: str,
+        ids: np.ndarray,
+        words: np.ndarray,
+        direct: np.ndarray,
+        indirect: np.ndarray,
+    ) -> None:
+        """Append one document; ``words`` are the document's word numbers (-1: none)."""
+        if patient != self.patient:
+            self._emit()
+            self.patient, self.next_word = patient, 0
+        # Patient-wide word numbers, so two documents in one sequence never share a number.
+        n_words = int(words.max(initial=-1)) + 1
+        words = np.where(words >= 0, words + self.next_word, -1)
+        self.next_word += n_words
+        if self.special.doc_end is not None:
+            ids = np.append(ids, self.special.doc_end)
+            words = np.append(words, -1)
+            direct = np.append(direct, False)
+            indirect = np.append(indirect, False)
+        start = 0
+        while start < len(ids):
+            if self.current is None:
+                self.current = _Sequence(patient)
+            room = self.capacity - self.current.length
+            end = min(len(ids), start + room)
+            # Do not cut inside a word when the word can start the next sequence instead.
+            if end < len(ids) and words[end] >= 0 and words[end] == words[end - 1]:
+                first = end - 1
+                while first > start and words[first - 1] == words[end]:
+                    first -= 1
+                if first > start or self.current.length > 0:
+                    end = first
+            if end > start:
+                part = (ids[start:end], words[start:end], direct[start:end], indirect[start:end])
+                self.current.parts.append(part)
+                if not self.current.doc_ids or self.current.doc_ids[-1] != doc_id:
+                    self.current.doc_ids.append(doc_id)
+                self.current.length += end - start
+                start = end
+            if start < len(ids):
+                self._emit()
+
+    def finish_patient(self) -> None:
+        """The patient's last sequence is complete (kept even when short)."""
+        self._emit()
+
+    def take(self, first_seq_id: int) -> pa.RecordBatch | None:
+        """The finished sequences as an ``encoded`` batch, numbered from ``first_seq_id``."""
+        if not self.done:
+            return None
+        sp = self.special
+        ids, words, direct, indirect, lengths = [], [], [], [], []
+        for s in self.done:
+            i = np.concatenate([p[0] for p in s.parts])
+            w = np.concatenate([p[1] for p in s.parts])
+            # Number the sequence's words 0, 1, 2... in order.
+            valid = w >= 0
+            new = valid & np.concatenate([[True], w[1:] != w[:-1]])
+            local = np.where(valid, np.cumsum(new) - 1, -1)
+            d = np.concatenate([p[2] for p in s.parts])
+            x = np.concatenate([p[3] for p in s.parts])
+            pre, suf = len(sp.prefix), len(sp.suffix)
+            if suf and len(i) and i[-1] == sp.suffix[-1]:
+                suf = 0  # the last document already ends with [SEP]
+            ids.append(np.concatenate([sp.prefix, i, sp.suffix[:suf]]).astype(np.uint32))
+            words.append(np.concatenate([[-1] * pre, local, [-1] * suf]).astype(np.int32))
+            falses = np.zeros(pre, bool), np.zeros(suf, bool)
+            direct.append(np.concatenate([falses[0], d, falses[1]]))
+            indirect.append(np.concatenate([falses[0], x, falses[1]]))
+            lengths.append(len(ids[-1]))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        d_all, x_all = np.concatenate(direct), np.concatenate(indirect)
+
+        def lst(values: np.ndarray, t: pa.DataType) -> pa.Array:
+            return pa.ListArray.from_arrays(offsets, pa.array(values, t))
+
+        doc_counts = [len(s.doc_ids) for s in self.done]
+        doc_offsets = pa.array(np.concatenate([[0], np.cumsum(doc_counts)]).astype(np.int32))
+        batch = pa.record_batch(
+            [
+                pa.array(np.arange(first_seq_id, first_seq_id + len(self.done), dtype=np.uint64)),
+                pa.array([s.patient for s in self.done], pa.string()),
+                pa.ListArray.from_arrays(
+                    doc_offsets, pa.array([d for s in self.done for d in s.doc_ids], pa.string())
+                ),
+                lst(np.concatenate(ids), pa.uint32()),
+                lst(np.concatenate(words), pa.int32()),
+                lst(d_all | x_all, pa.bool_()),
+                lst(d_all, pa.bool_()),
+                lst(x_all, pa.bool_()),
+            ],
+            schema=ENCODED,
+        )
+        self.done = []
+        return batch
+
+
+def _flat(list_array: pa.Array) -> np.ndarray:
+    return list_array.flatten().to_numpy(zero_copy_only=False)
+
+
+def _direct_words_by_patient(
+    src: Any, spans: Path, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> dict[str, set[str]]:
+    """For each patient, the normalised words inside the patient's direct spans."""
+    import pyarrow.parquet as pq
+
+    from .dataset import parquet_files
+
+    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(spans)])
+    require_columns(table.schema, ["doc_id", "spans"], str(spans))
+    by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for doc, sp in zip(
+        table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
+    ):
+        for s in sp or []:
+            by_doc[str(doc)].append((int(s["start"]), int(s["end"])))
+    found: dict[str, set[str]] = defaultdict(set)
+    if not by_doc:
+        return found
+    wanted = pa.array(list(by_doc), pa.string())
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        docs = _string(batch.column(0))
+        keep = pc.is_in(docs, value_set=wanted)
+        if not pc.any(keep).as_py():
+            continue
+        b = batch.filter(keep)
+        toks = _core.tokenize(b.column(2), normalize=normalize)
+        for doc, patient, starts, ends, words in zip(
+            _string(b.column(0)).to_pylist(),
+            _string(b.column(1)).to_pylist(),
+            toks.column("starts").to_pylist(),
+            toks.column("ends").to_pylist(),
+            toks.column("words").to_pylist(),
+            strict=True,
+        ):
+            st, en = np.asarray(starts), np.asarray(ends)
+            for s, e in by_doc[doc]:
+                hit = (st < e) & (en > s)
+                found[patient].update(w for w, h in zip(words, hit, strict=True) if h)
+    return found
+
+
+def _token_words(
+    offsets: list[list[tuple[int, int]]],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    word_counts: np.ndarray,
+    text_lengths: np.ndarray,
+    flags: tuple[np.ndarray, ...],
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Map every model token of a batch to the first word it overlaps (doc-local number, -1 for
+    none) and OR the flags of every word it overlaps. Returns per-token arrays and the token
+    count of each document."""
+    tok_counts = np.fromiter((len(o) for o in offsets), np.int64, len(offsets))
+    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
+    base = np.concatenate([[0], np.cumsum(text_lengths)[:-1]]).astype(np.int64)
+    tok_base = np.repeat(base, tok_counts)
+    ts, te = flat[:, 0] + tok_base, flat[:, 1] + tok_base
+    word_base = np.repeat(base, word_counts)
+    ws, we = starts + word_base, ends + word_base
+    first = np.searchsorted(we, ts, side="right")
+    last = np.searchsorted(ws, te, side="left") - 1
+    hit = (te > ts) & (first < len(ws)) & (last >= first)
+    word_first = np.concatenate([[0], np.cumsum(word_counts)[:-1]])
+    doc_of_token = np.repeat(np.arange(len(offsets)), tok_counts)
+    words = np.where(hit, first - word_first[doc_of_token], -1).astype(np.int64)
+    out = []
+    for f in flags:
+        cum = np.concatenate([[0], np.cumsum(f, dtype=np.int64)])
+        lo, hi = np.where(hit, first, 0), np.where(hit, last + 1, 0)
+        out.append((cum[hi] - cum[lo]) > 0)
+    return words, tok_counts, tuple(out)
+
+
+def _word_flags(
+    texts: pa.Array,
+    patients: list[str],
+    normalize: str,
+    marker: Any,
+    policy: str,
+    direct_terms: pa.Array,
+    direct_keys: pa.Array,
+) -> tuple[pa.RecordBatch, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """phisieve's words of each text, their count per text, and per word (flat) whether it is
+    a direct and an indirect identifier."""
+    toks = _core.tokenize(texts, normalize=normalize)
+    words = toks.column("words")
+    counts = pc.list_value_length(words).to_numpy(zero_copy_only=False)
+    flat = words.flatten()
+    if marker is not None and len(marker):
+        indirect = _flat(marker.mark(texts, policy=policy)).astype(bool)
+    else:
+        indirect = np.zeros(len(flat), bool)
+    direct = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
+    if len(direct_keys):
+        owners = np.repeat(np.array(patients, dtype=object), counts)
+        keys = pc.binary_join_element_wise(pa.array(owners, pa.string()), flat, "\x00")
+        direct |= pc.is_in(keys, value_set=direct_keys).to_numpy(zero_copy_only=False)
+    return toks, counts, (direct, indirect)
+
+
+def _pseudonymize(
+    texts: list[str], starts: list[list[int]], ends: list[list[int]], direct: list
+) -> list[str]:
+    out = []
+    for text, st, en, d in zip(texts, starts, ends, direct, strict=True):
+        pieces, pos = [], 0
+        for s, e, flag in zip(st, en, d, strict=True):
+            if flag:
+                pieces.append(text[pos:s])
+                pieces.append("X")
+                pos = e
+        pieces.append(text[pos:])
+        out.append("".join(pieces))
+    return out
+
+
+def encode_batches(
+    docs: Any,
+    tokenizer: Any,
+    *,
+    terms: pa.Table | None = None,
+    direct_words: dict[str, set[str]] | None = None,
+    max_len: int = 512,
+    ngram: int = 1,
+    policy: str = "all",
+    normalize: str = "nfkc_lower",
+    pseudonymize: bool = False,
+    doc_col: str = "doc_id",
+    patient_col: str = "patient_id",
+    text_col: str = "text",
+    batch_size: int = 1024,
+    stats: dict[str, int] | None = None,
+    advance: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """Encode documents into ``encoded`` record batches (see :func:`encode`)."""
+    src = docs if hasattr(docs, "batches") else open_source(docs, batch_size)
+    require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
+    special = SpecialTokens.of(tokenizer)
+    packer = _Packer(max_len, special)
+    # A copy of the Rust tokenizer behind the fast tokenizer, with truncation and padding
+    # off (documents are split into sequences here) and no length warnings.
+    backend = copy.deepcopy(tokenizer.backend_tokenizer)
+    backend.no_truncation()
+    backend.no_padding()
+    marker = None
+    direct_terms = pa.array([], pa.string())
+    if terms is not None:
+        require_columns(terms.schema, ["term", "n", "indirect", "direct"], "terms")
+        usable = terms.filter(pc.less_equal(terms.column("n"), ngram))
+        marker = _core.Marker(
+            _string(usable.filter(pc.field("indirect")).column("term")), normalize=normalize
+        )
+        direct_terms = _string(terms.filter(pc.field("direct")).column("term"))
+    direct_words = direct_words or {}
+    direct_keys = pa.array(
+        [f"{p}\x00{w}" for p, ws in direct_words.items() for w in ws], pa.string()
+    )
+    stats = stats if stats is not None else {}
+    for key in ("documents", "sequences", "tokens", "protected", "direct", "indirect", "words"):
+        stats.setdefault(key, 0)
+    last_patient = None
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        if batch.num_rows == 0:
+            continue
+        doc_ids = _string(batch.column(0))
+        patients = _string(batch.column(1))
+        texts = batch.column(2)
+        for col, name in ((doc_ids, doc_col), (patients, patient_col), (texts, text_col)):
+            if col.null_count:
+                row = int(pc.index(pc.is_null(col), True).as_py())
+                raise InputError(f"{name} is null", path=src.name, row=row, column=name)
+        patient_list = patients.to_pylist()
+        flags = functools.partial(
+            _word_flags,
+            patients=patient_list,
+            normalize=normalize,
+            marker=marker,
+            policy=policy,
+            direct_terms=direct_terms,
+            direct_keys=direct_keys,
+        )
+        toks, counts, (direct, indirect) = flags(texts)
+        if pseudonymize:
+            per_doc = np.split(direct, np.cumsum(counts)[:-1])
+            new = _pseudonymize(
+                texts.to_pylist(),
+                toks.column("starts").to_pylist(),
+                toks.column("ends").to_pylist(),
+                per_doc,
+            )
+            texts = pa.array(new, pa.large_string())
+            toks, counts, (direct, indirect) = flags(texts)
+            direct = np.zeros_like(direct)
+        encodings = backend.encode_batch(texts.to_pylist(), add_special_tokens=False)
+        lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
+        words, tok_counts, (tok_direct, tok_indirect) = _token_words(
+            [e.offsets for e in encodings],
+            _flat(toks.column("starts")).astype(np.int64),
+            _flat(toks.column("ends")).astype(np.int64),
+            counts,
+            lengths,
+            (direct, indirect),
+        )
+        ids = np.array([i for e in encodings for i in e.ids], dtype=np.uint32)
+        bounds = np.concatenate([[0], np.cumsum(tok_counts)])
+        for r, doc in enumerate(doc_ids.to_pylist()):
+            patient = patient_list[r]
+            if last_patient is not None and patient != last_patient:
+                packer.finish_patient()
+            last_patient = patient
+            a, b = bounds[r], bounds[r + 1]
+            packer.add(patient, doc, ids[a:b], words[a:b], tok_direct[a:b], tok_indirect[a:b])
+        stats["documents"] += batch.num_rows
+        stats["words"] += int(counts.sum())
+        out = packer.take(stats["sequences"])
+        if out is not None:
+            yield _count(out, stats)
+        if advance is not None:
+            advance(batch.num_rows)
+    packer.finish_patient()
+    out = packer.take(stats["sequences"])
+    if out is not None:
+        yield _count(out, stats)
+
+
+def _count(batch: pa.RecordBatch, stats: dict[str, int]) -> pa.RecordBatch:
+    stats["sequences"] += batch.num_rows
+    stats["tokens"] += len(batch.column("input_ids").flatten())
+    for name in ("protected", "direct", "indirect"):
+        stats[name] += int(pc.sum(batch.column(name).flatten()).as_py() or 0)
+    return batch
+
+
+def encode(
+    docs: Any,
+    out: str | Path,
+    tokenizer: str | Path | Any,
+    *,
+    terms: str | Path | pa.Table | None = None,
+    spans: str | Path | None = None,
+    max_len: int = 512,
+    ngram: int = 1,
+    policy: str = "all",
+    normalize: str = "nfkc_lower",
+    pseudonymize: bool = False,
+    doc_col: str = "doc_id",
+    patient_col: str = "patient_id",
+    text_col: str = "text",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Tokenise documents for a model and write the ``encoded`` dataset.
+
+    Parameters
+    ----------
+    docs
+        The documents (a dataset folder, or any Arrow table or stream), each patient's
+        documents consecutive and in order.
+    out
+        Output folder: Parquet parts, ``_SUCCESS.json`` and ``_encoding.json``.
+    tokenizer
+        A Hugging Face fast tokenizer, or the local path of one (folder or ``tokenizer.json``).
+    terms
+        The ``terms`` of :func:`phisieve.index`: its indirect terms (``n <= ngram``) and
+        ``direct`` terms mark tokens. Without it, no token is indirect.
+    spans
+        A ``spans`` dataset (``doc_id``, ``spans``) of direct identifiers.
+    max_len
+        Largest sequence length in model tokens, special tokens included.
+    ngram, policy
+        Use indirect n-grams up to ``ngram`` words, protecting their words under ``policy``
+        (``all`` or ``minimal``, see :class:`phisieve._core.Marker`).
+    pseudonymize
+        Replace the words of direct identifiers by ``X`` (the MLMA/CLMA baselines).
+
+    Returns
+    -------
+    dict
+        The manifest: sequences, tokens and how many tokens are protected, direct, indirect.
+    """
+    if max_len < 4:
+        raise ConfigError(f"max_len must be at least 4, not {max_len}")
+    if policy not in ("all", "minimal"):
+        raise ConfigError(f"unknown n-gram policy {policy!r}; expected all or minimal")
+    tok = tokenizer if not isinstance(tokenizer, (str, Path)) else load_tokenizer(tokenizer)
+    src = open_source(docs, 1024)
+    require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
+    term_table = read_terms(terms) if isinstance(terms, (str, Path)) else terms
+    direct_words = (
+        _direct_words_by_patient(src, Path(spans), doc_col, patient_col, text_col, normalize)
+        if spans is not None
+        else None
+    )
+    special = SpecialTokens.of(tok)
+    stats: dict[str, int] = {}
+    out = Path(out)
+    writer = DatasetWriter(out, ENCODED, rows_per_part=50_000)
+    with progress_bar("encode", total=src.num_rows, unit="documents", enabled=progress) as adv:
+        for b in encode_batches(
+            src,
+            tok,
+            terms=term_table,
+            direct_words=direct_words,
+            max_len=max_len,
+            ngram=ngram,
+            policy=policy,
+            normalize=normalize,
+            pseudonymize=pseudonymize,
+            doc_col=doc_col,
+            patient_col=patient_col,
+            text_col=text_col,
+            stats=stats,
+            advance=adv,
+        ):
+            writer.write(b)
+    encoding = {
+        "tokenizer": str(getattr(tok, "name_or_path", "")),
+        "max_len": max_len,
+        "vocab_size": special.vocab_size,
+        "pad_token_id": special.pad_id,
+        "mask_token_id": special.mask_id,
+        "pseudonymized": pseudonymize,
+        "ngram": ngram,
+        "policy": policy,
+        "normalize": normalize,
+        "with_terms": term_table is not None,
+        "with_spans": spans is not None,
+    }
+    (out / ENCODING).write_text(json.dumps(encoding, indent=2))
+    return writer.close(**stats, encoding=encoding)
+
+
+def read_encoding(path: str | Path) -> dict[str, Any]:
+    """How an ``encoded`` dataset was made (``_encoding.json``)."""
+    path = Path(path)
+    f = path / ENCODING
+    if not f.exists():
+        manifest = path / MANIFEST
+        hint = "" if manifest.exists() else " (is this an encoded dataset?)"
+        raise InputError(f"no {ENCODING} in this folder{hint}", path=path)
+    return json.loads(f.read_text())

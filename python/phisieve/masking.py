@@ -1,0 +1,161 @@
+"""Training objectives and the batches they produce (DESIGN.md §4–§6).
+
+:func:`make_batch` turns rows of the ``encoded`` dataset into padded numpy arrays
+(``input_ids``, ``attention_mask``, ``labels``) in Rust, with the GIL released and no
+per-element Python work. Draws are a pure function of ``(seed, epoch, seq_id)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from . import _core
+from .dataset import require_columns
+from .errors import ConfigError
+
+ENCODED_COLUMNS = ("seq_id", "input_ids", "word_ids", "protected", "direct", "indirect")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective: masked or causal LM, and which words it never predicts."""
+
+    name: str
+    causal: bool
+    protect: str
+    """``nothing``, ``all`` (indirect and direct), ``direct`` or ``indirect``."""
+    needs_pseudonymized: bool = False
+
+
+OBJECTIVES: dict[str, Objective] = {
+    o.name: o
+    for o in (
+        Objective("ppmlm", False, "all"),
+        Objective("ppclm", True, "all"),
+        Objective("mlm", False, "nothing"),
+        Objective("clm", True, "nothing"),
+        Objective("mlma", False, "nothing", needs_pseudonymized=True),
+        Objective("clma", True, "nothing", needs_pseudonymized=True),
+        Objective("dpp", False, "direct"),
+        Objective("ipp", False, "indirect"),
+        Objective("dpp-clm", True, "direct"),
+        Objective("ipp-clm", True, "indirect"),
+    )
+}
+"""Every objective by name. ``dpp``/``ipp`` are masked LM; ``dpp-clm``/``ipp-clm`` causal.
+:func:`objective` picks the causal form of ``dpp``/``ipp`` for a causal model."""
+
+
+def objective(name: str, causal: bool | None = None) -> Objective:
+    """The objective called ``name``; ``causal`` chooses the form of ``dpp`` and ``ipp``."""
+    if name not in OBJECTIVES:
+        raise ConfigError(f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}")
+    o = OBJECTIVES[name]
+    if causal is not None and causal != o.causal:
+        other = {"dpp": "dpp-clm", "ipp": "ipp-clm", "dpp-clm": "dpp", "ipp-clm": "ipp"}
+        if name not in other:
+            kind = "causal" if o.causal else "masked"
+            raise ConfigError(f"objective {name} trains a {kind} LM")
+        o = OBJECTIVES[other[name]]
+    return o
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    """Masked-LM parameters: ``probability`` of eligible words masked (exactly
+    ``round(p × eligible)`` per sequence) and the 80/10/10 replacement split;
+    ``mask_only=True`` always uses the mask token (as the PPMLM paper did)."""
+
+    probability: float = 0.15
+    replace_mask: float = 0.8
+    replace_random: float = 0.1
+    mask_only: bool = False
+
+
+def make_batch(
+    rows: pa.RecordBatch | pa.Table,
+    objective: Objective,
+    *,
+    length: int,
+    pad_id: int,
+    mask_id: int | None,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
+    masking: MaskingConfig = MaskingConfig(),
+    return_seq_ids: bool = False,
+) -> dict[str, np.ndarray]:
+    """Build one training batch from ``encoded`` rows.
+
+    Returns
+    -------
+    dict
+        ``input_ids``, ``attention_mask`` and ``labels`` (int64, rows x ``length``; labels are
+        -100 where nothing is predicted), plus ``seq_id`` when ``return_seq_ids``.
+    """
+    if isinstance(rows, pa.Table):
+        rows = rows.combine_chunks().to_batches()[0] if rows.num_rows else None
+        if rows is None:
+            raise ConfigError("an empty batch")
+    if not objective.causal and mask_id is None:
+        raise ConfigError(
+            f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
+        )
+    require_columns(rows.schema, ENCODED_COLUMNS, "encoded batch")
+    col = rows.column
+    replace_mask = 1.0 if masking.mask_only else masking.replace_mask
+    replace_random = 0.0 if masking.mask_only else masking.replace_random
+    ids, attention, labels = _core.mask_batch(
+        col("seq_id"),
+        col("input_ids"),
+        col("word_ids"),
+        col("protected"),
+        col("direct"),
+        col("indirect"),
+        length,
+        causal=objective.causal,
+        protect=objective.protect,
+        probability=masking.probability,
+        replace_mask=replace_mask,
+        replace_random=replace_random,
+        mask_id=0 if mask_id is None else mask_id,
+        pad_id=pad_id,
+        vocab_size=vocab_size,
+        seed=seed,
+        epoch=epoch,
+    )
+    shape = (rows.num_rows, length)
+    # Arrow buffers are read-only; torch wants writable arrays, so take one copy here.
+    out = {
+        "input_ids": np.array(ids.to_numpy().reshape(shape)),
+        "attention_mask": np.array(attention.to_numpy().reshape(shape)),
+        "labels": np.array(labels.to_numpy().reshape(shape)),
+    }
+    if return_seq_ids:
+        out["seq_id"] = col("seq_id").to_numpy().astype(np.int64)
+    return out
+
+
+def batch_length(rows: pa.RecordBatch, max_len: int, pad_to: str | int) -> int:
+    """The padded length of a batch: ``max_len``, or the longest row rounded up to a multiple
+    of ``pad_to`` (an int) when ``pad_to`` is not ``"max_len"``."""
+    if pad_to == "max_len":
+        return max_len
+    import pyarrow.compute as pc
+
+    longest = int(pc.max(pc.list_value_length(rows.column("input_ids"))).as_py() or 1)
+    multiple = int(pad_to)
+    return -(-longest // multiple) * multiple
+
+
+def describe(batch: dict[str, Any]) -> dict[str, int]:
+    """Counts of a batch, for logs: rows, real tokens and predicted labels."""
+    return {
+        "rows": int(batch["input_ids"].shape[0]),
+        "tokens": int(np.asarray(batch["attention_mask"]).sum()),
+        "targets": int((np.asarray(batch["labels"]) != -100).sum()),
+    }

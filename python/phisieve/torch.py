@@ -1,0 +1,407 @@
+"""PyTorch adapters over the ``encoded`` dataset.
+
+* :class:`MaskedBatches`: a DataLoader-compatible iterable of ready training batches
+  (``input_ids``, ``attention_mask``, ``labels``) for any objective of
+  :mod:`phisieve.masking`. Batch ``b`` of an epoch is a pure function of ``(seed, epoch, b)``
+  and the dataset: the same batches, in the same order, with 0, 1 or more workers and on any
+  distributed rank layout (rank ``r`` of ``R`` gets batches ``r, r + R, ...``).
+* :class:`PrivacyMaskingCollator`: a ``transformers``-style data collator (for ``Trainer``)
+  taking lists of ``encoded`` rows.
+* :class:`EncodedRows`: a map-style dataset of row numbers with a per-patient cap (DP-SGD).
+
+The mask sampler is single-threaded Rust (no rayon pool), so DataLoader workers may fork.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .dataset import parquet_files
+from .encode import read_encoding
+from .errors import ConfigError, MissingDependencyError
+from .masking import MaskingConfig, batch_length, make_batch, objective
+
+try:
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+except ImportError as e:  # pragma: no cover - torch is an optional dependency
+    raise MissingDependencyError("torch", "torch") from e
+
+COLUMNS = ["seq_id", "patient_id", "input_ids", "word_ids", "protected", "direct", "indirect"]
+
+_M1, _M2, _GOLDEN = (
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+    np.uint64(0x9E3779B97F4A7C15),
+)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function, vectorised (uint64 arithmetic wraps)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def shuffle_keys(seed: int, epoch: int, salt: int, items: np.ndarray) -> np.ndarray:
+    """A random key per item, a pure function of (seed, epoch, salt, item): sorting by it
+    gives a permutation independent of numpy's generators and of any worker layout."""
+    with np.errstate(over="ignore"):
+        s = _mix(np.uint64(seed) + _GOLDEN)
+        s = _mix(s ^ (np.uint64(epoch) + _GOLDEN))
+        s = _mix(s ^ (np.uint64(salt) + _GOLDEN))
+        return _mix(s ^ (items.astype(np.uint64) + _GOLDEN))
+
+
+class _Parts:
+    """The row groups of an encoded dataset, and a small cache of decoded ones."""
+
+    def __init__(self, path: Path, cache: int) -> None:
+        self.files = parquet_files(path)
+        groups = []
+        for f, name in enumerate(self.files):
+            meta = pq.ParquetFile(name).metadata
+            groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        self.groups = groups
+        self.sizes = np.array([n for *_, n in groups], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self._cache_size = max(1, cache)
+        self._readers: dict[int, pq.ParquetFile] = {}
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.starts[-1])
+
+    def group(self, g: int) -> pa.Table:
+        if g in self._cache:
+            self._cache.move_to_end(g)
+            return self._cache[g]
+        f, rg, _ = self.groups[g]
+        if f not in self._readers:
+            self._readers[f] = pq.ParquetFile(self.files[f])
+        table = self._readers[f].read_row_group(rg, columns=COLUMNS)
+        self._cache[g] = table
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return table
+
+    def take(self, rows: np.ndarray) -> pa.RecordBatch:
+        """The rows (global numbers) in the given order."""
+        g = np.searchsorted(self.starts, rows, side="right") - 1
+        order = np.argsort(g, kind="stable")
+        pieces = []
+        for group in np.unique(g):
+            sel = rows[g == group] - self.starts[group]
+            pieces.append(self.group(int(group)).take(pa.array(sel)))
+        table = pa.concat_tables(pieces).combine_chunks()
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        return table.take(pa.array(back)).combine_chunks().to_batches()[0]
+
+
+def epoch_order(
+    parts_sizes: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int
+) -> np.ndarray:
+    """Global row numbers in the order of an epoch: row groups in a random order, rows
+    shuffled within windows of ``window`` consecutive row groups (so a reader holds at most
+    ``window`` decoded row groups)."""
+    starts = np.concatenate([[0], np.cumsum(parts_sizes)]).astype(np.int64)
+    if not shuffle:
+        return np.arange(starts[-1], dtype=np.int64)
+    groups = np.argsort(shuffle_keys(seed, epoch, 1, np.arange(len(parts_sizes))), kind="stable")
+    out = []
+    for w in range(0, len(groups), window):
+        rows = np.concatenate(
+            [np.arange(starts[g], starts[g + 1], dtype=np.int64) for g in groups[w : w + window]]
+        )
+        out.append(rows[np.argsort(shuffle_keys(seed, epoch, 2, rows), kind="stable")])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+class _BatchStream(IterableDataset):
+    """Yields the batches of one epoch that belong to this rank and DataLoader worker."""
+
+    def __init__(self, owner: MaskedBatches) -> None:
+        self.owner = owner
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        o = self.owner
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        parts = _Parts(o.path, cache=o.shuffle_window + 1)
+        for b in o.batch_numbers()[worker::workers]:
+            rows = o.order[b * o.batch_size : (b + 1) * o.batch_size]
+            yield o.build(parts.take(rows))
+
+
+class MaskedBatches:
+    """Training batches of an ``encoded`` dataset for one objective: an iterable of dicts of
+    tensors (``input_ids``, ``attention_mask``, ``labels``; ``seq_id`` when asked).
+
+    Parameters
+    ----------
+    path
+        The ``encoded`` dataset folder (``phisieve encode``).
+    objective
+        ``ppmlm``, ``ppclm``, ``mlm``, ``clm``, ``mlma``, ``clma``, ``dpp``, ``ipp``
+        (``dpp-clm``/``ipp-clm`` for causal models, or pass ``causal=True``).
+    batch_size, seed, epoch
+        Batches of an epoch are a pure function of these and the dataset.
+    num_workers, pin_memory, prefetch_factor
+        Passed to the underlying ``torch.utils.data.DataLoader``.
+    shuffle, shuffle_window
+        Shuffle row groups, and rows within windows of ``shuffle_window`` row groups.
+    drop_last
+        Drop the last, smaller batch.
+    pad_to
+        ``"max_len"`` pads every batch to the dataset's ``max_len``; an int pads to the longest
+        row rounded up to a multiple of it.
+    masking
+        Masked-LM probability and replacement split (:class:`phisieve.masking.MaskingConfig`).
+    rank, world_size
+        Distributed training: this process gets batches ``rank, rank + world_size, ...``
+        (defaults from ``torch.distributed`` when initialised). Every rank gets the same
+        number of batches; the last ``< world_size`` batches are dropped.
+    return_seq_ids
+        Add each row's ``seq_id``, to trace a batch back to the dataset.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        objective: str = "ppmlm",
+        *,
+        batch_size: int = 32,
+        seed: int = 0,
+        epoch: int = 0,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        shuffle: bool = True,
+        shuffle_window: int = 8,
+        drop_last: bool = False,
+        pad_to: str | int = "max_len",
+        masking: MaskingConfig | None = None,
+        causal: bool | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        return_seq_ids: bool = False,
+        multiprocessing_context: Any = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be positive, not {batch_size}")
+        self.path = Path(path)
+        self.encoding = read_encoding(self.path)
+        self.objective = _objective(objective, causal, self.encoding)
+        self.batch_size = batch_size
+        self.seed, self.epoch = seed, epoch
+        self.shuffle, self.shuffle_window = shuffle, max(1, shuffle_window)
+        self.drop_last = drop_last
+        self.pad_to = pad_to
+        self.masking = masking or MaskingConfig()
+        self.return_seq_ids = return_seq_ids
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            ready = dist.is_available() and dist.is_initialized()
+            rank = rank if rank is not None else (dist.get_rank() if ready else 0)
+            world_size = world_size or (dist.get_world_size() if ready else 1)
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank {rank} is not in 0..{world_size - 1}")
+        self.rank, self.world_size = rank, world_size
+        self._sizes = _Parts(self.path, cache=1).sizes
+        self.order = epoch_order(self._sizes, seed, epoch, shuffle, self.shuffle_window)
+        self.loader_options = {
+            "num_workers": num_workers,
+            "pin_memory": pin_memory,
+            "multiprocessing_context": multiprocessing_context if num_workers else None,
+        }
+        if num_workers and prefetch_factor is not None:
+            self.loader_options["prefetch_factor"] = prefetch_factor
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start another epoch: new order and new masks."""
+        self.epoch = epoch
+        self.order = epoch_order(self._sizes, self.seed, epoch, self.shuffle, self.shuffle_window)
+
+    def _batches(self) -> int:
+        n = len(self.order)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def batch_numbers(self) -> list[int]:
+        """The epoch's batch numbers that this rank trains on, in order."""
+        per_rank = self._batches() // self.world_size
+        return list(range(self.rank, per_rank * self.world_size, self.world_size))
+
+    def __len__(self) -> int:
+        return self._batches() // self.world_size
+
+    def build(self, rows: pa.RecordBatch) -> dict[str, Any]:
+        """The training batch of these encoded rows (tensors)."""
+        enc = self.encoding
+        out = make_batch(
+            rows,
+            self.objective,
+            length=batch_length(rows, enc["max_len"], self.pad_to),
+            pad_id=enc["pad_token_id"],
+            mask_id=enc["mask_token_id"],
+            vocab_size=enc["vocab_size"],
+            seed=self.seed,
+            epoch=self.epoch,
+            masking=self.masking,
+            return_seq_ids=self.return_seq_ids,
+        )
+        return {k: torch.from_numpy(v) for k, v in out.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        loader = DataLoader(_BatchStream(self), batch_size=None, **self.loader_options)
+        return iter(loader)
+
+
+def _objective(name: str, causal: bool | None, encoding: dict[str, Any]) -> Any:
+    o = objective(name, causal)
+    if o.needs_pseudonymized and not encoding.get("pseudonymized"):
+        raise ConfigError(
+            f"objective {o.name} needs a dataset encoded with --pseudonymize "
+            "(direct identifiers replaced by X)"
+        )
+    if not o.causal and encoding.get("mask_token_id") is None:
+        raise ConfigError(f"objective {o.name} needs a tokenizer with a mask token")
+    return o
+
+
+class PrivacyMaskingCollator:
+    """A ``transformers`` data collator: a list of ``encoded`` rows (dicts with ``seq_id``,
+    ``input_ids``, ``word_ids``, ``protected``, ``direct``, ``indirect``) -> a batch of tensors.
+
+    Call :meth:`set_epoch` at each epoch (new masks); draws depend on (seed, epoch, seq_id)
+    only, never on the batch a row lands in.
+    """
+
+    def __init__(
+        self,
+        encoding: dict[str, Any] | str | Path,
+        objective: str = "ppmlm",
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        masking: MaskingConfig | None = None,
+        causal: bool | None = None,
+        pad_to: str | int = "max_len",
+        return_seq_ids: bool = False,
+    ) -> None:
+        self.encoding = encoding if isinstance(encoding, dict) else read_encoding(Path(encoding))
+        self.objective = _objective(objective, causal, self.encoding)
+        self.seed, self.epoch = seed, epoch
+        self.masking = masking or MaskingConfig()
+        self.pad_to = pad_to
+        self.return_seq_ids = return_seq_ids
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __call__(self, rows: Sequence[dict[str, Any]] | pa.RecordBatch) -> dict[str, Any]:
+        if not isinstance(rows, pa.RecordBatch):
+            rows = _rows_to_batch(rows)
+        enc = self.encoding
+        out = make_batch(
+            rows,
+            self.objective,
+            length=batch_length(rows, enc["max_len"], self.pad_to),
+            pad_id=enc["pad_token_id"],
+            mask_id=enc["mask_token_id"],
+            vocab_size=enc["vocab_size"],
+            seed=self.seed,
+            epoch=self.epoch,
+            masking=self.masking,
+            return_seq_ids=self.return_seq_ids,
+        )
+        return {k: torch.from_numpy(v) for k, v in out.items()}
+
+
+_ROW_TYPES = {
+    "seq_id": pa.uint64(),
+    "input_ids": pa.list_(pa.uint32()),
+    "word_ids": pa.list_(pa.int32()),
+    "protected": pa.list_(pa.bool_()),
+    "direct": pa.list_(pa.bool_()),
+    "indirect": pa.list_(pa.bool_()),
+}
+
+
+def _rows_to_batch(rows: Sequence[dict[str, Any]]) -> pa.RecordBatch:
+    if not rows:
+        raise ConfigError("an empty batch")
+    cols = {}
+    for name, t in _ROW_TYPES.items():
+        values = [r[name] for r in rows]
+        if isinstance(values[0], torch.Tensor):
+            values = [v.tolist() for v in values]
+        cols[name] = pa.array(values, t)
+    return pa.record_batch(cols)
+
+
+class EncodedRows(Dataset):
+    """A map-style dataset over an ``encoded`` dataset held in memory, with at most
+    ``max_per_patient`` sequences per patient (chosen at random from ``seed``): item ``i`` is
+    ``(i,)``, and :meth:`collate` builds the batch of a list of items. Used for DP-SGD, whose
+    Poisson sampling needs random access."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        objective: str,
+        *,
+        seed: int = 0,
+        max_per_patient: int | None = None,
+        masking: MaskingConfig | None = None,
+        causal: bool | None = None,
+    ) -> None:
+        self.encoding = read_encoding(Path(path))
+        self.collator = PrivacyMaskingCollator(
+            self.encoding, objective, seed=seed, masking=masking, causal=causal
+        )
+        table = pa.concat_tables(
+            [pq.read_table(f, columns=COLUMNS) for f in parquet_files(Path(path))]
+        ).combine_chunks()
+        if max_per_patient is not None:
+            import polars as pl
+
+            seq = table.column("seq_id").to_numpy()
+            frame = pl.DataFrame(
+                {
+                    "row": np.arange(table.num_rows),
+                    "patient": table.column("patient_id").to_numpy(zero_copy_only=False),
+                    "key": shuffle_keys(seed, 0, 3, seq),
+                }
+            )
+            keep = (
+                frame.sort("key")
+                .group_by("patient", maintain_order=True)
+                .head(max_per_patient)["row"]
+                .sort()
+                .to_numpy()
+            )
+            table = table.take(pa.array(keep))
+        self.table = table.combine_chunks()
+        self.patients = len(set(self.table.column("patient_id").to_pylist()))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, i: int) -> tuple[Any]:
+        return (torch.tensor(i),)
+
+    def collate(self, items: Sequence[tuple[Any]]) -> dict[str, Any]:
+        """The training batch of a list of items."""
+        rows = np.array([int(x[0]) for x in items], dtype=np.int64)
+        batch = self.table.take(pa.array(rows)).combine_chunks().to_batches()[0]
+        return self.collator(batch)

@@ -1,0 +1,299 @@
+"""``phisieve train``: fine-tune a Hugging Face model on an ``encoded`` dataset.
+
+A plain PyTorch loop: AdamW, linear warm-up and decay, gradient accumulation, automatic mixed
+precision on CUDA (bfloat16 where supported, else float16 with a gradient scaler),
+checkpoints, and a JSON-lines metrics log. With :class:`DPConfig`, DP-SGD through Opacus:
+Poisson sampling over sequences, at most ``max_per_patient`` sequences per patient, per-sample
+clipping and noise, and the ε the RDP accountant reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .encode import read_encoding
+from .errors import ConfigError, MissingDependencyError
+from .masking import MaskingConfig, objective
+
+
+@dataclass
+class DPConfig:
+    """DP-SGD settings. ``delta`` defaults to 1 / (number of patients kept)."""
+
+    noise_multiplier: float = 1.0
+    max_grad_norm: float = 1.0
+    max_per_patient: int | None = 50
+    delta: float | None = None
+    secure_mode: bool = False
+    """Opacus' cryptographically safe noise (slower); use it for the model you release."""
+
+
+@dataclass
+class TrainConfig:
+    """Training settings; ``max_steps`` (optimizer steps), when set, overrides ``epochs``."""
+
+    objective: str = "ppmlm"
+    batch_size: int = 8
+    epochs: int = 1
+    max_steps: int | None = None
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.0
+    grad_accumulation: int = 1
+    max_grad_norm: float | None = 1.0
+    seed: int = 0
+    num_workers: int = 0
+    device: str = "auto"
+    amp: bool = True
+    checkpoint_every: int | None = None
+    pad_to: str | int = "max_len"
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    dp: DPConfig | None = None
+
+
+def load_model(path: str | Path, causal: bool) -> Any:
+    """A masked- or causal-LM model from a local folder (nothing is downloaded)."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    except ImportError as e:
+        raise MissingDependencyError("transformers", "torch") from e
+    cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
+    if not Path(path).exists():
+        raise ConfigError(f"no model folder at {path}")
+    return cls.from_pretrained(str(path), local_files_only=True)
+
+
+def _device(name: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def train(
+    encoded: str | Path,
+    model: Any,
+    out: str | Path,
+    config: TrainConfig | None = None,
+) -> dict[str, Any]:
+    """Fine-tune ``model`` (a model object or a local model folder) on ``encoded``.
+
+    Writes the final model (and tokenizer-free config) to ``out``, checkpoints to
+    ``out/checkpoint-<step>``, ``out/metrics.jsonl`` (one line per optimizer step) and
+    ``out/train.json`` (the settings, final loss and, under DP, ε and δ).
+
+    Returns
+    -------
+    dict
+        The content of ``train.json``.
+    """
+    with warnings.catch_warnings():
+        return _train(encoded, model, Path(out), config or TrainConfig())
+
+
+def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingDependencyError("torch", "torch") from e
+    from .torch import EncodedRows, MaskedBatches
+
+    encoding = read_encoding(encoded)
+    obj = objective(cfg.objective)
+    if isinstance(model, (str, Path)):
+        model = load_model(model, obj.causal)
+    kind = type(model).__name__
+    causal = (
+        True
+        if kind.endswith(("ForCausalLM", "LMHeadModel"))
+        else False
+        if kind.endswith("ForMaskedLM")
+        else obj.causal
+    )
+    obj = objective(cfg.objective, causal)
+    if cfg.grad_accumulation < 1:
+        raise ConfigError("grad_accumulation must be at least 1")
+    if cfg.dp is not None and cfg.grad_accumulation != 1:
+        raise ConfigError("DP-SGD here takes one Poisson batch per step: grad_accumulation = 1")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    device = _device(cfg.device)
+    model.to(device)
+    model.train()
+    use_amp = cfg.amp and device.type == "cuda"
+    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+
+    if cfg.dp is not None:
+        _freeze_for_dp(model)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+    )
+    engine = None
+    rows = None
+    if cfg.dp is None:
+        loader = MaskedBatches(
+            encoded,
+            obj.name,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            num_workers=cfg.num_workers,
+            pin_memory=device.type == "cuda",
+            pad_to=cfg.pad_to,
+            masking=cfg.masking,
+        )
+        batches_per_epoch = len(loader)
+    else:
+        try:
+            from opacus import PrivacyEngine
+        except ImportError as e:
+            raise MissingDependencyError("opacus", "torch") from e
+        rows = EncodedRows(
+            encoded,
+            obj.name,
+            seed=cfg.seed,
+            max_per_patient=cfg.dp.max_per_patient,
+            masking=cfg.masking,
+        )
+        plain = torch.utils.data.DataLoader(
+            rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=rows.collate
+        )
+        warnings.filterwarnings("ignore", message="Secure RNG turned off")
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.dp.secure_mode)
+        model, optimizer, loader = engine.make_private(
+            module=model,
+            optimizer=optimizer,
+            data_loader=plain,
+            noise_multiplier=cfg.dp.noise_multiplier,
+            max_grad_norm=cfg.dp.max_grad_norm,
+            poisson_sampling=True,
+        )
+        batches_per_epoch = len(plain)
+    steps_per_epoch = max(1, batches_per_epoch // cfg.grad_accumulation)
+    total = cfg.max_steps or cfg.epochs * steps_per_epoch
+    warmup = int(cfg.warmup_ratio * total)
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    log = (out / "metrics.jsonl").open("w")
+    step, micro, epoch, losses = 0, 0, 0, []
+    started = time.perf_counter()
+    last_loss = math.nan
+    try:
+        while step < total:
+            if rows is not None:
+                rows.collator.set_epoch(epoch)
+            else:
+                loader.set_epoch(epoch)
+            window: list[float] = []
+            tokens = 0
+            for batch in loader:
+                if not isinstance(batch, dict):
+                    continue  # an empty Poisson batch
+                batch = {
+                    k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "seq_id"
+                }
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                    loss = model(**batch).loss
+                if not torch.isfinite(loss):
+                    continue  # a batch with no target (all words protected)
+                scaler.scale(loss / cfg.grad_accumulation).backward()
+                window.append(float(loss.detach()))
+                tokens += int(batch["attention_mask"].sum())
+                micro += 1
+                if micro % cfg.grad_accumulation:
+                    continue
+                if cfg.max_grad_norm and engine is None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                last_loss = sum(window) / len(window)
+                losses.append(last_loss)
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": last_loss,
+                    "lr": scheduler.get_last_lr()[0],
+                    "tokens": tokens,
+                    "seconds": time.perf_counter() - started,
+                }
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                window, tokens = [], 0
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    _unwrap(model).save_pretrained(out / f"checkpoint-{step}")
+                if step >= total:
+                    break
+            epoch += 1
+    finally:
+        log.close()
+    _unwrap(model).save_pretrained(out)
+    summary: dict[str, Any] = {
+        "objective": obj.name,
+        "steps": step,
+        "epochs_started": epoch,
+        "final_loss": last_loss,
+        "first_loss": losses[0] if losses else math.nan,
+        "device": device.type,
+        "amp": str(amp_dtype).removeprefix("torch.") if use_amp else None,
+        "encoding": encoding,
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("masking", "dp")},
+        "masking": asdict(cfg.masking),
+    }
+    if engine is not None and cfg.dp is not None:
+        delta = cfg.dp.delta or 1.0 / max(1, rows.patients if rows else 1)
+        summary["dp"] = {
+            **asdict(cfg.dp),
+            "delta": delta,
+            "epsilon": float(engine.get_epsilon(delta)),
+            "sequences": len(rows) if rows is not None else None,
+        }
+    (out / "train.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _freeze_for_dp(model: Any) -> list[str]:
+    """Freeze what per-sample gradients cannot cover: every embedding table (token embeddings
+    are tied to the output layer in BERT and GPT-2; position and token-type embeddings see a
+    batch dimension of 1), the output layer tied to them, and parameters held directly by a
+    module Opacus has no per-sample gradient rule for (BERT's output bias). Freezing the
+    embeddings is the usual practice of DP fine-tuning. Returns the names frozen."""
+    import torch
+    from opacus.grad_sample import GradSampleModule
+
+    frozen = []
+    output = getattr(model, "get_output_embeddings", lambda: None)()
+    for name, module in model.named_modules():
+        direct = list(module.named_parameters(recurse=False))
+        if direct and (
+            isinstance(module, torch.nn.Embedding)
+            or module is output
+            or type(module) not in GradSampleModule.GRAD_SAMPLERS
+        ):
+            for pname, p in direct:
+                p.requires_grad_(False)
+                frozen.append(f"{name}.{pname}")
+    return frozen
+
+
+def _unwrap(model: Any) -> Any:
+    """The Hugging Face model inside an Opacus wrapper."""
+    return getattr(model, "_module", model)
