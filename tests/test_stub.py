@@ -49,6 +49,9 @@ def test_stub_signatures_match() -> None:
     tree = ast.parse(STUB.read_text())
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
-            stub_params = [a.arg for a in node.args.args]
+            stub_params = [a.arg for a in node.args.args + node.args.kwonlyargs]
+            stub_kwonly = [a.arg for a in node.args.kwonlyargs]
             real = inspect.signature(getattr(_core, node.name))
             assert stub_params == list(real.parameters), node.name
+            kwonly = [n for n, p in real.parameters.items() if p.kind == p.KEYWORD_ONLY]
+            assert stub_kwonly == kwonly, node.name
