@@ -83,11 +83,16 @@ def test_ppclm_batches_and_protection(encoded_gpt):
         MaskedBatches(encoded_gpt, "clma")
 
 
-def test_no_protected_token_is_ever_a_label(encoded_bert):
+def test_real_batches_never_target_protected_words_and_mask_the_exact_budget(encoded_bert):
     table = pq.read_table(encoded_bert)
-    prot = {
-        s: p
-        for s, p in zip(table["seq_id"].to_pylist(), table["protected"].to_pylist(), strict=True)
+    rows = {
+        s: (p, w)
+        for s, p, w in zip(
+            table["seq_id"].to_pylist(),
+            table["protected"].to_pylist(),
+            table["word_ids"].to_pylist(),
+            strict=True,
+        )
     }
     total = 0
     for seed in (0, 1):
@@ -95,11 +100,29 @@ def test_no_protected_token_is_ever_a_label(encoded_bert):
             encoded_bert, "ppmlm", batch_size=64, seed=seed, return_seq_ids=True
         ):
             for row, s in enumerate(b["seq_id"].tolist()):
-                flags = prot[s]
+                flags, words = rows[s]
                 targets = (b["labels"][row, : len(flags)] != -100).tolist()
                 assert not any(t and p for t, p in zip(targets, flags, strict=True))
+                blocked = {w for w, p in zip(words, flags, strict=True) if p}
+                eligible = {w for w in words if w >= 0} - blocked
+                chosen = {w for w, t in zip(words, targets, strict=True) if t}
+                assert len(chosen) == int(0.15 * len(eligible) + 0.5)
+                whole = [t for w, t in zip(words, targets, strict=True) if w in chosen]
+                assert all(whole)
                 total += sum(targets)
     assert total > 1000
+
+
+def test_real_causal_batches_never_target_protected_tokens(encoded_gpt):
+    table = pq.read_table(encoded_gpt)
+    prot = dict(zip(table["seq_id"].to_pylist(), table["protected"].to_pylist(), strict=True))
+    assert sum(map(sum, prot.values())) > 100
+    for b in MaskedBatches(encoded_gpt, "ppclm", batch_size=64, return_seq_ids=True):
+        for row, s in enumerate(b["seq_id"].tolist()):
+            flags = torch.tensor(prot[s])
+            labels = b["labels"][row, : len(flags)]
+            assert (labels[flags] == -100).all()
+            assert torch.equal(labels[~flags], b["input_ids"][row, : len(flags)][~flags])
 
 
 def test_collator_matches_the_loader(encoded_bert):

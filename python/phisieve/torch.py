@@ -283,7 +283,9 @@ class PrivacyMaskingCollator:
     ``input_ids``, ``word_ids``, ``protected``, ``direct``, ``indirect``) -> a batch of tensors.
 
     Call :meth:`set_epoch` at each epoch (new masks); draws depend on (seed, epoch, seq_id)
-    only, never on the batch a row lands in.
+    only, never on the batch a row lands in. With ``transformers.Trainer`` over a
+    ``datasets.Dataset`` of encoded rows, pass ``remove_unused_columns=False`` in the training
+    arguments so that ``word_ids`` and the flags reach the collator.
     """
 
     def __init__(
