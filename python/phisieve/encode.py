@@ -145,6 +145,8 @@ class _Packer:
         if patient != self.patient:
             self._emit()
             self.patient, self.next_word = patient, 0
+        if len(ids) == 0:
+            return  # a document without tokens adds nothing, not even a separator
         # Patient-wide word numbers, so two documents in one sequence never share a number.
         n_words = int(words.max(initial=-1)) + 1
         words = np.where(words >= 0, words + self.next_word, -1)
