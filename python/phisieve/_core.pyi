@@ -82,3 +82,8 @@ def mask_batch(
     """Training rows of an encoded batch padded to ``length``: flat int64 ``input_ids``,
     ``attention_mask`` and ``labels`` (rows x length values). ``protect`` is ``nothing``,
     ``all``, ``direct`` or ``indirect``; draws depend on (seed, epoch, seq_id) only."""
+
+def find_placeholders(texts: Any) -> pa.RecordBatch:
+    """Every MIMIC-III ``[** ... **]`` placeholder of each text, one row each: ``text`` (input
+    row), code-point ``start``/``end``, ``form``, ``category``/``qualifier``/``id`` and
+    ``year``/``month``/``day``/``shape``."""

@@ -8,6 +8,7 @@
 //!   word n-gram), multithreaded over record batches, exact for any thread count or batching.
 //! * [`marker`]: marks the words of a text that a blacklist of indirect n-grams protects.
 //! * [`masking`]: masked- and causal-LM labels that never target protected words.
+//! * [`placeholders`]: the grammar of MIMIC-III `[** ... **]` placeholders.
 //! * [`text`]: read-only views over Arrow string columns.
 //!
 //! This crate has no Python dependency; `rust/py` wraps it.
@@ -17,6 +18,7 @@ pub mod index;
 pub mod marker;
 pub mod masking;
 pub mod normalize;
+pub mod placeholders;
 pub mod table;
 pub mod text;
 pub mod vocab;
