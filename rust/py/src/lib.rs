@@ -67,7 +67,32 @@ fn run<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> phisieve_core::Result<T> + Send,
 ) -> PyResult<T> {
-    py.detach(work).map_err(|e| to_py_err(py, e))
+    // A panic is a bug in the core; its message may quote the text being processed (a
+    // string slice, say), so it becomes a generic error and the message is dropped.
+    let result = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+    match result {
+        Ok(r) => r.map_err(|e| to_py_err(py, e)),
+        Err(_) => {
+            let message =
+                "internal error in phisieve's core (a bug: please report it; no input text is shown)";
+            let make = || -> PyResult<PyErr> {
+                let class = py.import("phisieve.errors")?.getattr("PhisieveError")?;
+                Ok(PyErr::from_value(class.call1((message,))?))
+            };
+            Err(make().unwrap_or_else(|e| e))
+        }
+    }
+}
+
+/// Print where a panic happened, never its message (it may quote note text).
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("phisieve core: internal error at {at}");
+    }));
 }
 
 fn normalizer(py: Python<'_>, name: &str) -> PyResult<Normalizer> {
@@ -596,6 +621,7 @@ fn release_memory() {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    quiet_panics();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<PyIndexBuilder>()?;
     m.add_class::<PyMarker>()?;
