@@ -161,92 +161,52 @@ def test_causal_labels_are_inputs_except_protected_and_padding(rows, seed):
             assert out["input_ids"][r][:n].tolist() == row["input_ids"]
 
 
+def plain_row(n: int, start: int = 1) -> dict:
+    """n one-token words, nothing protected."""
+    return {
+        "input_ids": list(range(start, start + n)),
+        "word_ids": list(range(n)),
+        "protected": [False] * n,
+        "direct": [False] * n,
+        "indirect": [False] * n,
+    }
+
+
+def sample(b: pa.RecordBatch, name: str = "mlm", **options) -> dict:
+    """make_batch with small defaults (mask id 5, 9 tokens, seed 0, epoch 0)."""
+    defaults = {"pad_id": 0, "mask_id": 5, "vocab_size": 9, "seed": 0, "epoch": 0}
+    return make_batch(b, objective(name), **{**defaults, **options})
+
+
 def test_draws_depend_on_seq_id_not_on_batch():
-    rows = [
-        {
-            "input_ids": list(range(10, 50)),
-            "word_ids": list(range(40)),
-            "protected": [False] * 40,
-            "direct": [False] * 40,
-            "indirect": [False] * 40,
-        }
-    ] * 4
-    together = make_batch(
-        batch_of(rows, [3, 4, 5, 6]),
-        objective("mlm"),
-        length=40,
-        pad_id=0,
-        mask_id=5,
-        vocab_size=99,
-        seed=1,
-        epoch=2,
-    )
-    alone = make_batch(
-        batch_of(rows[:1], [5]),
-        objective("mlm"),
-        length=40,
-        pad_id=0,
-        mask_id=5,
-        vocab_size=99,
-        seed=1,
-        epoch=2,
-    )
+    rows = [plain_row(40, start=10)] * 4
+    options = {"length": 40, "vocab_size": 99, "seed": 1}
+    together = sample(batch_of(rows, [3, 4, 5, 6]), epoch=2, **options)
+    alone = sample(batch_of(rows[:1], [5]), epoch=2, **options)
     assert (together["labels"][2] == alone["labels"][0]).all()
     assert not (together["labels"][0] == together["labels"][1]).all()
-    other_epoch = make_batch(
-        batch_of(rows[:1], [5]),
-        objective("mlm"),
-        length=40,
-        pad_id=0,
-        mask_id=5,
-        vocab_size=99,
-        seed=1,
-        epoch=3,
-    )
+    other_epoch = sample(batch_of(rows[:1], [5]), epoch=3, **options)
     assert not (other_epoch["labels"][0] == alone["labels"][0]).all()
 
 
 def test_bad_batches_are_clear_errors():
-    row = {
-        "input_ids": [1, 2, 3],
-        "word_ids": [0, 1, 2],
-        "protected": [False] * 3,
-        "direct": [False] * 3,
-        "indirect": [False] * 3,
-    }
+    row = plain_row(3)
     b = batch_of([row], [0])
     with pytest.raises(ConfigError, match="more than the batch length"):
-        make_batch(
-            b, objective("mlm"), length=2, pad_id=0, mask_id=5, vocab_size=9, seed=0, epoch=0
-        )
+        sample(b, length=2)
     bad = batch_of([{**row, "word_ids": [0, 2, 2]}], [0])
     with pytest.raises(ConfigError, match="row 0"):
-        make_batch(
-            bad, objective("mlm"), length=4, pad_id=0, mask_id=5, vocab_size=9, seed=0, epoch=0
-        )
+        sample(bad, length=4)
     short = b.set_column(2, "word_ids", pa.array([[0, 1]], pa.list_(pa.int32())))
     with pytest.raises(ConfigError, match="word_ids"):
-        make_batch(
-            short, objective("mlm"), length=4, pad_id=0, mask_id=5, vocab_size=9, seed=0, epoch=0
-        )
+        sample(short, length=4)
     with pytest.raises(ConfigError, match="mask token"):
-        make_batch(
-            b, objective("mlm"), length=4, pad_id=0, mask_id=None, vocab_size=9, seed=0, epoch=0
-        )
+        sample(b, length=4, mask_id=None)
     with pytest.raises(ConfigError, match="probability"):
-        make_batch(
-            b,
-            objective("mlm"),
-            length=4,
-            pad_id=0,
-            mask_id=5,
-            vocab_size=9,
-            seed=0,
-            epoch=0,
-            masking=MaskingConfig(probability=1.5),
-        )
+        sample(b, length=4, masking=MaskingConfig(probability=1.5))
     with pytest.raises(ConfigError, match="unknown objective"):
         objective("bert")
     assert objective("dpp", causal=True).name == "dpp-clm"
     with pytest.raises(ConfigError, match="masked LM"):
         objective("ppmlm", causal=True)
+

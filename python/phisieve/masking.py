@@ -8,10 +8,10 @@ per-element Python work. Draws are a pure function of ``(seed, epoch, seq_id)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import _core
 from .dataset import require_columns
@@ -145,17 +145,6 @@ def batch_length(rows: pa.RecordBatch, max_len: int, pad_to: str | int) -> int:
     of ``pad_to`` (an int) when ``pad_to`` is not ``"max_len"``."""
     if pad_to == "max_len":
         return max_len
-    import pyarrow.compute as pc
-
     longest = int(pc.max(pc.list_value_length(rows.column("input_ids"))).as_py() or 1)
     multiple = int(pad_to)
     return -(-longest // multiple) * multiple
-
-
-def describe(batch: dict[str, Any]) -> dict[str, int]:
-    """Counts of a batch, for logs: rows, real tokens and predicted labels."""
-    return {
-        "rows": int(batch["input_ids"].shape[0]),
-        "tokens": int(np.asarray(batch["attention_mask"]).sum()),
-        "targets": int((np.asarray(batch["labels"]) != -100).sum()),
-    }

@@ -24,9 +24,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .dataset import parquet_files
-from .encode import read_encoding
+from .encode import ENCODED, read_encoding
 from .errors import ConfigError, MissingDependencyError
-from .masking import MaskingConfig, batch_length, make_batch, objective
+from .masking import (
+    ENCODED_COLUMNS,
+    MaskingConfig,
+    Objective,
+    batch_length,
+    make_batch,
+    objective,
+)
 
 try:
     import torch
@@ -34,7 +41,8 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional dependency
     raise MissingDependencyError("torch", "torch") from e
 
-COLUMNS = ["seq_id", "patient_id", "input_ids", "word_ids", "protected", "direct", "indirect"]
+COLUMNS = ["patient_id", *ENCODED_COLUMNS]
+"""The columns of ``encoded`` that batches are built from (and capped by patient)."""
 
 _M1, _M2, _GOLDEN = (
     np.uint64(0xBF58476D1CE4E5B9),
@@ -200,15 +208,20 @@ class MaskedBatches:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be positive, not {batch_size}")
         self.path = Path(path)
-        self.encoding = read_encoding(self.path)
-        self.objective = _objective(objective, causal, self.encoding)
+        self.collator = PrivacyMaskingCollator(
+            self.path,
+            objective,
+            seed=seed,
+            epoch=epoch,
+            masking=masking,
+            causal=causal,
+            pad_to=pad_to,
+            return_seq_ids=return_seq_ids,
+        )
         self.batch_size = batch_size
-        self.seed, self.epoch = seed, epoch
+        self.seed = seed
         self.shuffle, self.shuffle_window = shuffle, max(1, shuffle_window)
         self.drop_last = drop_last
-        self.pad_to = pad_to
-        self.masking = masking or MaskingConfig()
-        self.return_seq_ids = return_seq_ids
         if rank is None or world_size is None:
             dist = torch.distributed
             ready = dist.is_available() and dist.is_initialized()
@@ -227,9 +240,22 @@ class MaskedBatches:
         if num_workers and prefetch_factor is not None:
             self.loader_options["prefetch_factor"] = prefetch_factor
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose order and masks the batches follow."""
+        return self.collator.epoch
+
+    @property
+    def objective(self) -> Objective:
+        return self.collator.objective
+
+    @property
+    def encoding(self) -> dict[str, Any]:
+        return self.collator.encoding
+
     def set_epoch(self, epoch: int) -> None:
         """Start another epoch: new order and new masks."""
-        self.epoch = epoch
+        self.collator.set_epoch(epoch)
         self.order = epoch_order(self._sizes, self.seed, epoch, self.shuffle, self.shuffle_window)
 
     def _batches(self) -> int:
@@ -246,20 +272,7 @@ class MaskedBatches:
 
     def build(self, rows: pa.RecordBatch) -> dict[str, Any]:
         """The training batch of these encoded rows (tensors)."""
-        enc = self.encoding
-        out = make_batch(
-            rows,
-            self.objective,
-            length=batch_length(rows, enc["max_len"], self.pad_to),
-            pad_id=enc["pad_token_id"],
-            mask_id=enc["mask_token_id"],
-            vocab_size=enc["vocab_size"],
-            seed=self.seed,
-            epoch=self.epoch,
-            masking=self.masking,
-            return_seq_ids=self.return_seq_ids,
-        )
-        return {k: torch.from_numpy(v) for k, v in out.items()}
+        return self.collator(rows)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         loader = DataLoader(_BatchStream(self), batch_size=None, **self.loader_options)
@@ -329,14 +342,7 @@ class PrivacyMaskingCollator:
         return {k: torch.from_numpy(v) for k, v in out.items()}
 
 
-_ROW_TYPES = {
-    "seq_id": pa.uint64(),
-    "input_ids": pa.list_(pa.uint32()),
-    "word_ids": pa.list_(pa.int32()),
-    "protected": pa.list_(pa.bool_()),
-    "direct": pa.list_(pa.bool_()),
-    "indirect": pa.list_(pa.bool_()),
-}
+_ROW_TYPES = {name: ENCODED.field(name).type for name in ENCODED_COLUMNS}
 
 
 def _rows_to_batch(rows: Sequence[dict[str, Any]]) -> pa.RecordBatch:

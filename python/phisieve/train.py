@@ -258,13 +258,13 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("masking", "dp")},
         "masking": asdict(cfg.masking),
     }
-    if engine is not None and cfg.dp is not None:
-        delta = cfg.dp.delta or 1.0 / max(1, rows.patients if rows else 1)
+    if engine is not None and cfg.dp is not None and rows is not None:
+        delta = cfg.dp.delta or 1.0 / max(1, rows.patients)
         summary["dp"] = {
             **asdict(cfg.dp),
             "delta": delta,
             "epsilon": float(engine.get_epsilon(delta)),
-            "sequences": len(rows) if rows is not None else None,
+            "sequences": len(rows),
         }
     (out / "train.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -206,11 +206,10 @@ pub fn find(text: &str) -> Vec<Placeholder> {
             (Some(o), close) => {
                 let inner_start = o + OPEN.len();
                 let next_open = find_from(bytes, OPEN, inner_start);
-                let close = close.filter(|&c| c >= inner_start);
-                let close = match close {
-                    Some(c) => Some(c),
-                    None => find_from(bytes, CLOSE, inner_start),
-                };
+                // A closing marker that overlaps the opening one (`[**]`) does not close it.
+                let close = close
+                    .filter(|&c| c >= inner_start)
+                    .or_else(|| find_from(bytes, CLOSE, inner_start));
                 match close {
                     Some(c) if next_open.map_or(true, |n| c < n) => {
                         let e = c + CLOSE.len();
