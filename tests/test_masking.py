@@ -210,3 +210,15 @@ def test_bad_batches_are_clear_errors():
     with pytest.raises(ConfigError, match="masked LM"):
         objective("ppmlm", causal=True)
 
+
+def test_columns_with_different_offsets_give_the_same_rows():
+    row = plain_row(6, start=20)
+    b = batch_of([row], [4])
+    # word_ids and protected sliced out of larger arrays: same rows, different offsets.
+    words = pa.array([[0, 0, 0], row["word_ids"]], pa.list_(pa.int32())).slice(1)
+    flags = pa.array([[True], row["protected"]], pa.list_(pa.bool_())).slice(1)
+    shifted = b.set_column(2, "word_ids", words).set_column(3, "protected", flags)
+    for name in ("mlm", "ppmlm", "ppclm"):
+        a, c = sample(b, name, length=8, seed=3), sample(shifted, name, length=8, seed=3)
+        for k in a:
+            assert (a[k] == c[k]).all(), (name, k)

@@ -457,28 +457,33 @@ fn mask_batch<'py>(
         let (mut oa, mut ob, mut oc) = (vec![0i64; size], vec![0i64; size], vec![0i64; size]);
         let mut sampler = Sampler::default();
         for r in 0..rows {
-            let span = |l: &arrow_array::ListArray| {
-                let o = l.value_offsets();
-                (o[r] as usize, o[r + 1] as usize)
-            };
-            let (s, e) = span(ids);
+            // Each list column has its own offsets (columns may be laid out differently);
+            // only the lengths of row r must agree.
+            let start = |l: &arrow_array::ListArray| l.value_offsets()[r] as usize;
+            let n = ids.value_length(r) as usize;
             for (list, name) in flag_lists.iter().zip(names).chain([(&words, "word_ids")]) {
-                if span(list) != (s, e) {
+                if list.value_length(r) as usize != n {
                     return Err(CoreError::InvalidArgument(format!(
                         "sequence at row {r}: {name} and input_ids differ in length"
                     )));
                 }
             }
             let (fp, fd, fi) = (flags[0], flags[1], flags[2]);
+            let (sp, sd, si) = (
+                start(flag_lists[0]),
+                start(flag_lists[1]),
+                start(flag_lists[2]),
+            );
             let flag = |i: usize| Flags {
-                protected: fp.value(s + i),
-                direct: fd.value(s + i),
-                indirect: fi.value(s + i),
+                protected: fp.value(sp + i),
+                direct: fd.value(sd + i),
+                indirect: fi.value(si + i),
             };
+            let (s, w) = (start(ids), start(words));
             let seq = Sequence {
                 seq_id: seq_ids.value(r),
-                input_ids: &id_values.values()[s..e],
-                word_ids: &word_values.values()[s..e],
+                input_ids: &id_values.values()[s..s + n],
+                word_ids: &word_values.values()[w..w + n],
                 flags: &flag,
             };
             let w = r * length..(r + 1) * length;
