@@ -137,13 +137,23 @@ def main() -> None:
         ours = rate(phisieve_run, 5)
         theirs = rate(transformers_run, 2)
 
+        gaps: list[float] = []
+
         def loader_run() -> int:
             n = 0
+            gaps.clear()
+            t = time.perf_counter()
             for b in MaskedBatches(enc_dir, "ppmlm", batch_size=bs, num_workers=2, seed=0):
+                now = time.perf_counter()
+                gaps.append(now - t)
+                t = now
                 n += b["input_ids"].shape[0]
             return n
 
         loader = rate(loader_run, 2)
+        # Waits of the idle consumer between batches, after the workers' start-up (batch 0).
+        waits = np.array(gaps[1:]) * 1e3
+        in_process = bs / ours * 1e3
     print(f"{args.sequences} sequences of {LENGTH} tokens, batches of {bs}, one core")
     print(f"{'method':<48} {'seq/s':>10} {'M tokens/s':>11}")
     for name, r in (
@@ -153,6 +163,12 @@ def main() -> None:
     ):
         print(f"{name:<48} {r:>10,.0f} {r * LENGTH / 1e6:>11.2f}")
     print(f"phisieve / transformers: {ours / theirs:.1f}x faster")
+    print(
+        f"idle consumer, 2 workers: first batch after {gaps[0] * 1e3:.0f} ms (start-up); then "
+        f"waits of median {np.median(waits):.2f} ms, p99 {np.percentile(waits, 99):.2f} ms, "
+        f"max {waits.max():.2f} ms per batch of {bs} ({in_process:.2f} ms to build one "
+        "in-process)"
+    )
 
 
 if __name__ == "__main__":
