@@ -87,3 +87,16 @@ def find_placeholders(texts: Any) -> pa.RecordBatch:
     """Every MIMIC-III ``[** ... **]`` placeholder of each text, one row each: ``text`` (input
     row), code-point ``start``/``end``, ``form``, ``category``/``qualifier``/``id`` and
     ``year``/``month``/``day``/``shape``."""
+
+def keyed_draws(secret: bytes, parts: list[Any]) -> pa.UInt64Array:
+    """One ``uint64`` per row: the first 8 bytes (big-endian) of HMAC-SHA256 under ``secret``
+    of the row's values in ``parts`` (string arrays of one length), each framed by its length
+    as 8 little-endian bytes (a null as ``2**64 - 1`` with no bytes)."""
+
+def splice(
+    texts: Any, rows: Any, starts: Any, ends: Any, with_: Any
+) -> tuple[pa.LargeStringArray, pa.Int32Array, pa.Int32Array]:
+    """Replace code-point ranges: edit ``i`` puts ``with_[i]`` in place of
+    ``starts[i]:ends[i]`` of ``texts[rows[i]]`` (``rows`` uint64, not decreasing; a row's edits
+    sorted and disjoint). Returns the new texts and each replacement's code-point range in
+    its new text."""

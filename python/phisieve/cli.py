@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import PhisieveError
+from .errors import ConfigError, PhisieveError
 
 app = typer.Typer(
     name="phisieve",
@@ -150,6 +150,82 @@ def merge(
     writer.close(k=k, merged_from=[str(p) for p in parts])
     indirect = pc.sum(merged.column("indirect")).as_py()
     out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
+
+
+@app.command()
+def surrogate(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset, with [** ... **].")],
+    out: Out,
+    secret_file: Annotated[
+        Path, typer.Option(help="File holding the secret key (>= 16 bytes); kept apart.")
+    ],
+    locale: Annotated[str, typer.Option(help="Faker locale of the surrogates.")] = "en_US",
+    keep_unfilled: Annotated[
+        bool,
+        typer.Option(help="Leave unknown categories and malformed markers in the text."),
+    ] = False,
+    years: Annotated[
+        str, typer.Option(help="FIRST:LAST: years each patient's latest date moves into.")
+    ] = "2000:2020",
+    quiet: Quiet = False,
+) -> None:
+    """Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."""
+    from .surrogate import read_secret
+    from .surrogate import surrogate as run
+
+    try:
+        lo, hi = (int(y) for y in years.split(":"))
+    except ValueError:
+        raise ConfigError(f"--years must be FIRST:LAST, e.g. 2000:2020, not {years!r}") from None
+    secret = read_secret(secret_file, out)
+    m = run(
+        docs,
+        out,
+        secret,
+        locale=locale,
+        keep_unfilled=keep_unfilled,
+        years=(lo, hi),
+        progress=not quiet,
+    )
+    print_surrogate_summary(m)
+    out_console.print(f"written to {out}")
+
+
+def print_surrogate_summary(m: dict[str, Any]) -> None:
+    """The surrogate stage's counts, and the unknown categories it had to report."""
+    table = Table(title="surrogates", show_header=True, header_style="bold")
+    table.add_column("kind")
+    table.add_column("filled", justify="right")
+    for kind, n in m["by_kind"].items():
+        table.add_row(kind, f"{n:,}")
+    out_console.print(table)
+    out_console.print(
+        f"{m['rows']:,} documents: {m['placeholders']:,} placeholders, {m['filled']:,} "
+        f"filled, {m['unfilled']:,} left unfilled, {m['markers_removed']:,} stray markers removed"
+    )
+    for category, n in m["unknown_categories"].items():
+        out_console.print(
+            f"[yellow]unknown category[/] {escape(category)!r}: {n:,}", highlight=False
+        )
+
+
+@app.command()
+def placeholders(
+    out: Out,
+    corpus: Annotated[
+        Path | None, typer.Option(help="PhysioNet deid folder (id.text, id-phi.phrase).")
+    ] = None,
+    docs: Annotated[Path | None, typer.Option(help="A documents dataset.")] = None,
+    spans: Annotated[Path | None, typer.Option(help="The documents' gold spans.")] = None,
+) -> None:
+    """Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."""
+    from .gold import placeholders as run
+
+    m = run(out, corpus=corpus, docs=docs, spans=spans)
+    out_console.print(
+        f"{m['rows']:,} documents: {m['spans']:,} gold spans -> {m['placeholders']:,} "
+        f"placeholders ({m['merged']:,} overlaps merged); written to {out}"
+    )
 
 
 @app.command()

@@ -104,13 +104,19 @@ def find(texts: Any) -> pa.Table:
     elif isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
     found = pa.Table.from_batches([_core.find_placeholders(texts)])
-    categories = found.column("category").to_pylist()
-    forms = found.column("form").to_pylist()
-    kinds = [
-        kind_of(c) if f == "named" else (f if f in ("date", "age_over_90", "empty") else None)
-        for f, c in zip(forms, categories, strict=True)
-    ]
-    return found.append_column("kind", pa.array(kinds, pa.string()))
+    df = pl.from_arrow(found.select(["form", "category"]))
+    assert isinstance(df, pl.DataFrame)
+    categories = df.get_column("category").drop_nulls().unique().to_list()
+    known = {c: kind_of(c) for c in categories}
+    named = pl.col("category").replace_strict(known, default=None, return_dtype=pl.String)
+    kinds = df.select(
+        pl.when(pl.col("form") == "named")
+        .then(named)
+        .when(pl.col("form").is_in(["date", "age_over_90", "empty"]))
+        .then(pl.col("form"))
+        .otherwise(None)
+    ).to_series()
+    return found.append_column("kind", kinds.to_arrow().cast(pa.string()))
 
 
 def report(found: pa.Table) -> dict[str, Any]:

@@ -1,0 +1,579 @@
+"""The surrogate stage: keyed, consistent surrogates for every placeholder form, date shifts,
+gold spans, the secret, and the round trip on the real PhysioNet corpus."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import re
+import struct
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phisieve import _core
+from phisieve.cli import main
+from phisieve.errors import ConfigError, InputError
+from phisieve.gold import (
+    CATEGORY_OF_KIND,
+    PHYSIONET_LABELS,
+    placeholder_text,
+    placeholders,
+    read_physionet_gold,
+    to_placeholders,
+)
+from phisieve.placeholders import KINDS, find
+from phisieve.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
+
+SECRET = b"a test secret of 32 bytes......."
+
+
+def docs(texts, patients=None):
+    patients = patients or ["p1"] * len(texts)
+    return pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(len(texts))],
+            "patient_id": patients,
+            "text": pa.array(texts, pa.large_string()),
+        }
+    )
+
+
+def fill(texts, patients=None, secret=SECRET, **kw):
+    table = docs(texts, patients)
+    anchors = dict(date_anchors(find(table.column("text")), table.column("patient_id")).iter_rows())
+    filler = SurrogateFiller(secret, anchors=anchors, **kw)
+    out = filler.fill(table)
+    return out.column("text").to_pylist(), out.column("spans").to_pylist(), filler
+
+
+def surrogates_of(texts, patients=None, **kw):
+    """Per text: [(surrogate text, label)] in order."""
+    new, spans, _ = fill(texts, patients, **kw)
+    return [
+        [(t[s["start"] : s["end"]], s["label"]) for s in sp]
+        for t, sp in zip(new, spans, strict=False)
+    ]
+
+
+def faker_list(name, locale="en_US"):
+    from faker import Faker
+
+    for p in Faker(locale).factories[0].providers:
+        if getattr(p, name, None):
+            return set(getattr(p, name))
+    raise AssertionError(name)
+
+
+# --------------------------------------------------------------------------------------------
+# Every form of DESIGN.md §7
+
+
+def test_every_form_of_design_7_is_filled_with_its_kind():
+    text = (
+        "[**Known lastname 4015**] at [**Hospital1 18**] on [**2149-3-4**], seen [**9/2167**]; "
+        "call [**Telephone/Fax (1) 123**]; age [**Age over 90 **]; by [** **]. "
+        "[**Female First Name (un) 7**] [**Male First Name (un) 8**] [**Name (NI) 9**] "
+        "[**3-4**] [**3/4**] [**2150**] [**Month (only) 5**] [**Street Address(1) 6**]"
+    )
+    (got,) = surrogates_of([text])
+    labels = [label for _, label in got]
+    assert labels == [
+        "last_name", "hospital", "date", "date", "phone", "age_over_90", "empty",
+        "first_name", "first_name", "full_name", "date", "date", "date", "month",
+        "street_address",
+    ]  # fmt: skip
+    values = [v for v, _ in got]
+    assert values[0] in faker_list("last_names")
+    assert re.fullmatch(r"\w+ (Hospital|.*Center|.*Hospital)", values[1])
+    assert 90 <= int(values[5]) <= 104
+    assert values[6] in faker_list("last_names")
+    assert values[7] in faker_list("first_names_female")
+    assert values[8] in faker_list("first_names_male")
+    first, last = values[9].split(" ")
+    assert first in faker_list("first_names") and last in faker_list("last_names")
+    assert re.fullmatch(r"\d{1,2}/\d{1,2}", values[10]) and re.fullmatch(
+        r"\d{1,2}/\d{1,2}", values[11]
+    )
+    assert re.fullmatch(r"\d{4}", values[12])
+    assert values[13] in {dt.date(2000, m, 1).strftime("%B") for m in range(1, 13)}
+    assert all("[" not in v and "*" not in v for v in values)
+
+
+@pytest.mark.parametrize("kind", sorted(set(CATEGORY_OF_KIND) - {"empty", "unknown"}))
+def test_every_kind_has_a_category_and_a_surrogate(kind):
+    placeholder = placeholder_text(kind, "", 3)
+    found = find([placeholder])
+    assert found.column("kind").to_pylist() == [kind if kind in KINDS else None]
+    ((value, label),) = surrogates_of([f"x {placeholder} y"])[0]
+    assert label == kind and value.strip() and "[**" not in value
+
+
+def test_dates_keep_intervals_weekdays_and_land_in_the_years():
+    texts = ["adm [**2149-3-4**], dc [**2149-3-11**]", "f/u [**2151-12-31**] and [**2149-3-4**]"]
+    (a, b), (c, d) = surrogates_of(texts, ["p", "p"], years=(2000, 2005))
+    dates = [a[0], b[0], c[0], d[0]]
+    parsed = [_parse(x) for x in dates]
+    src = [dt.date(2149, 3, 4), dt.date(2149, 3, 11), dt.date(2151, 12, 31), dt.date(2149, 3, 4)]
+    shifts = {(p - s).days for p, s in zip(parsed, src, strict=False)}
+    assert len(shifts) == 1 and shifts.pop() % 7 == 0  # one shift per patient, whole weeks
+    assert a[0] == d[0]
+    assert 2000 - 1 <= parsed[2].year <= 2005 + 1  # the latest year lands in the range
+
+
+def _parse(s):
+    for f in ("%m/%d/%Y", "%Y-%m-%d"):
+        try:
+            return dt.datetime.strptime(s, f).date()
+        except ValueError:
+            pass
+    raise AssertionError(s)
+
+
+def test_year_and_month_forms_follow_the_patients_shift():
+    (got,) = surrogates_of(["[**2149-7-2**] [**2149**] [**7/2149**] [**7-2**]"])
+    full, year, month_year, month_day = (v for v, _ in got)
+    d = _parse(full)
+    assert year == str(d.year) and month_year == f"{d.month}/{d.year}"
+    assert month_day.count("/") == 1
+
+
+def test_calendar_overflow_dates_are_clamped_not_failed():
+    (got,) = surrogates_of(["[**2149-2-30**] [**2148-2-29**] [**2-29**]"])
+    assert [label for _, label in got] == ["date"] * 3
+
+
+# --------------------------------------------------------------------------------------------
+# Consistency, keys and the secret
+
+
+PIECES = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="[]*"), max_size=6),
+    st.sampled_from(
+        [
+            "[**Known lastname 12**]",
+            "[**Known lastname 13**]",
+            "[**Known firstname 12**]",
+            "[**Hospital1 18**]",
+            "[**Location (un) 4**]",
+            "[**Telephone/Fax (1) 5**]",
+            "[**2149-3-4**]",
+            "[**2150-1-1**]",
+            "[**Age over 90 **]",
+            "[** **]",
+            "[**Strange Category 3**]",
+            "[**",
+            "**]",
+        ]
+    ),
+    st.sampled_from(["é", "😀", "\n", " "]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    notes=st.lists(
+        st.tuples(st.sampled_from(["p1", "p2", "p3"]), st.lists(PIECES, max_size=10)),
+        min_size=1,
+        max_size=6,
+    ),
+    split=st.integers(0, 6),
+)
+def test_spans_point_at_surrogates_and_are_consistent(notes, split):
+    patients = [p for p, _ in notes]
+    texts = ["".join(parts) for _, parts in notes]
+    new, spans, _filler = fill(texts, patients)
+    # Spans point exactly at the surrogates: the text around them is the original text.
+    for src, out, sp in zip(texts, new, spans, strict=False):
+        assert "[**" not in out and "**]" not in out
+        rebuilt = _placeholders_back(out, sp)
+        assert rebuilt == _markers_removed(src)
+    # Same (patient, placeholder) -> same surrogate, whichever note it is in.
+    seen: dict[tuple[str, str], str] = {}
+    for p, src, out, sp in zip(patients, texts, new, spans, strict=False):
+        found = find([src])
+        full = [
+            src[s:e]
+            for s, e, form in zip(
+                found.column("start").to_pylist(),
+                found.column("end").to_pylist(),
+                found.column("form").to_pylist(),
+                strict=False,
+            )
+            if form not in ("unterminated", "stray_close")
+        ]
+        assert len(full) == len(sp)
+        for placeholder, s in zip(full, sp, strict=False):
+            value = out[s["start"] : s["end"]]
+            assert seen.setdefault((p, placeholder), value) == value
+    # Independent of batch boundaries and order.
+    a = fill(texts[:split], patients[:split])[0] if split else []
+    b = fill(texts[split:], patients[split:])[0] if split < len(texts) else []
+    assert a + b == new
+    assert fill(texts[::-1], patients[::-1])[0] == new[::-1]
+
+
+def _placeholders_back(out, spans):
+    """The output with each surrogate replaced by a marker <label>."""
+    pieces, at = [], 0
+    for s in spans:
+        pieces += [out[at : s["start"]], f"<{s['label']}>"]
+        at = s["end"]
+    return "".join(pieces) + out[at:]
+
+
+def _markers_removed(src):
+    """The source with placeholders as <kind> markers and stray markers removed."""
+    found = find([src])
+    pieces, at = [], 0
+    for s, e, kind, form in zip(
+        found.column("start").to_pylist(),
+        found.column("end").to_pylist(),
+        found.column("kind").to_pylist(),
+        found.column("form").to_pylist(),
+        strict=False,
+    ):
+        pieces.append(src[at:s])
+        if form not in ("unterminated", "stray_close"):
+            pieces.append(f"<{kind or 'unknown'}>")
+        at = e
+    return "".join(pieces) + src[at:]
+
+
+def reference_draw(secret, parts):
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    for p in parts:
+        if p is None:
+            mac.update(struct.pack("<Q", 2**64 - 1))
+        else:
+            b = p.encode()
+            mac.update(struct.pack("<Q", len(b)) + b)
+    return int.from_bytes(mac.digest()[:8], "big")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    secret=st.binary(min_size=1, max_size=80),
+    rows=st.lists(
+        st.tuples(st.none() | st.text(max_size=5), st.none() | st.text(max_size=5)), max_size=20
+    ),
+)
+def test_keyed_draws_are_hmac_sha256_of_framed_parts(secret, rows):
+    rows = [
+        tuple(None if v is None else v.encode("utf-8", "replace").decode() for v in r) for r in rows
+    ]
+    a = pa.array([r[0] for r in rows], pa.string())
+    b = pa.array([r[1] for r in rows], pa.large_string())
+    got = _core.keyed_draws(secret, [a, b]).to_pylist()
+    assert got == [reference_draw(secret, r) for r in rows]
+
+
+def test_the_secret_keys_the_mapping():
+    texts = [
+        f"[**Known lastname {i}**] [**Hospital1 {i}**] [**2149-3-{1 + i % 28}**]" for i in range(40)
+    ]
+    patients = [f"p{i}" for i in range(40)]
+    one = fill(texts, patients)[0]
+    assert fill(texts, patients)[0] == one  # same key, same surrogates
+    other = fill(texts, patients, secret=b"another secret of 32 bytes......")[0]
+    assert sum(x != y for x, y in zip(one, other, strict=False)) >= 38
+    # The patient is part of the key: the same placeholder differs across patients.
+    assert len({t.split(" ")[0] for t in one}) > 20
+
+
+def test_read_secret_rejects_short_missing_and_inside_output(tmp_path):
+    key = tmp_path / "key.txt"
+    key.write_bytes(b"0123456789abcdef0123\n")
+    assert read_secret(key) == b"0123456789abcdef0123"
+    (tmp_path / "short").write_bytes(b"abc\n")
+    with pytest.raises(ConfigError, match="at least 16"):
+        read_secret(tmp_path / "short")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_secret(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="inside the output"):
+        read_secret(key, out=tmp_path)
+    with pytest.raises(ConfigError):
+        SurrogateFiller(b"short")
+
+
+def test_the_secret_is_never_written_with_the_output(tmp_path):
+    secret = b"a-distinctive-secret-0123456789"
+    out = tmp_path / "out"
+    m = surrogate(docs(["Pt [**Known lastname 1**] on [**2149-3-4**]."]), out, secret)
+    assert m["filled"] == 2 and m["faker_version"] and m["locale"] == "en_US"
+    for f in out.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert secret not in data and secret.hex().encode() not in data
+
+
+# --------------------------------------------------------------------------------------------
+# Unknown categories, malformed markers, bad input
+
+
+def test_unknown_categories_are_reported_and_filled_or_kept():
+    texts = ["a [**Strange Thing 3**] b [**Strange Thing 3**] [**Other One**] [**x **]] c [**"]
+    new, spans, filler = fill(texts)
+    s = filler.summary()
+    assert s["unknown_categories"] == {"Strange Thing": 2, "Other One": 1, "x": 1}
+    assert s["unfilled"] == 0 and s["markers_removed"] == 1
+    assert [sp["label"] for sp in spans[0]] == ["unknown", "unknown", "unknown", "unknown"]
+    assert "[**" not in new[0] and "**]" not in new[0]
+    kept, kept_spans, f2 = fill(texts, keep_unfilled=True)
+    assert kept[0].count("[**Strange Thing 3**]") == 2 and kept[0].endswith("c [**")
+    assert kept_spans[0] == []
+    assert f2.summary()["unfilled"] == 5
+
+
+def test_bad_input_is_named_without_text():
+    with pytest.raises(InputError, match="text"):
+        SurrogateFiller(SECRET).fill(pa.table({"patient_id": ["p"], "doc_id": ["d"]}))
+    table = docs(["[**Known lastname 1**]"]).append_column(
+        "spans", pa.array([[]], pa.list_(pa.struct([("start", pa.int32())])))
+    )
+    with pytest.raises(InputError, match="spans"):
+        SurrogateFiller(SECRET).fill(table)
+    with pytest.raises(ConfigError, match="locale"):
+        SurrogateFiller(SECRET, locale="xx_NOPE")
+
+
+def test_empty_null_and_enormous_notes():
+    big = ("word [**Known lastname 7**] é " * 100_000) + "[**2149-3-4**]"
+    table = pa.table(
+        {
+            "doc_id": ["a", "b", "c"],
+            "patient_id": ["p", "p", "q"],
+            "text": pa.array(["", None, big], pa.large_string()),
+        }
+    )
+    out = SurrogateFiller(SECRET).fill(table)
+    texts = out.column("text").to_pylist()
+    assert texts[0] == "" and texts[1] is None
+    spans = out.column("spans").to_pylist()
+    assert spans[0] == [] and spans[1] == [] and len(spans[2]) == 100_001
+    names = {texts[2][s["start"] : s["end"]] for s in spans[2][:-1]}
+    assert len(names) == 1 and "[**" not in texts[2]
+
+
+def test_other_locales():
+    (got,) = surrogates_of(
+        ["[**Female First Name (un) 1**] [**Known lastname 2**]"], locale="de_DE"
+    )
+    assert got[0][0] in faker_list("first_names_female", "de_DE")
+    assert got[1][0] in faker_list("last_names", "de_DE")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from("ab é😀\n"), max_size=30),
+    cuts=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 4), st.text(max_size=4)), max_size=5
+    ),
+)
+def test_splice_matches_a_python_reference(text, cuts):
+    edits, at = [], 0
+    for start, length, with_ in sorted(cuts):
+        start = max(start, at)
+        end = min(start + length, len(text))
+        if start > len(text):
+            break
+        with_ = with_.encode("utf-8", "replace").decode()
+        edits.append((start, end, with_))
+        at = end
+    expected, placed, shift = text, [], 0
+    for s, e, w in edits:
+        expected = expected[: s + shift] + w + expected[e + shift :]
+        placed.append((s + shift, s + shift + len(w)))
+        shift += len(w) - (e - s)
+    new, starts, ends = _core.splice(
+        pa.array([text]),
+        pa.array([0] * len(edits), pa.uint64()),
+        pa.array([s for s, _, _ in edits], pa.int32()),
+        pa.array([e for _, e, _ in edits], pa.int32()),
+        pa.array([w for _, _, w in edits], pa.string()),
+    )
+    assert new.to_pylist() == [expected]
+    assert list(zip(starts.to_pylist(), ends.to_pylist(), strict=False)) == placed
+
+
+def test_splice_rejects_overlaps_and_out_of_range_edits():
+    args = (pa.array(["abc"]), pa.array([0, 0], pa.uint64()))
+    with pytest.raises(ConfigError, match="overlaps"):
+        _core.splice(
+            *args, pa.array([0, 1], pa.int32()), pa.array([2, 3], pa.int32()), pa.array(["x", "y"])
+        )
+    with pytest.raises(ConfigError, match="beyond"):
+        _core.splice(
+            pa.array(["abc"]),
+            pa.array([0], pa.uint64()),
+            pa.array([1], pa.int32()),
+            pa.array([9], pa.int32()),
+            pa.array(["x"]),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Reverse mode and the round trip on the real corpus
+
+
+def test_physionet_labels_become_placeholders():
+    cases = {
+        ("Age", "98"): "[**Age over 90 **]",
+        ("Date", "7/22"): "[**7/22**]",
+        ("Date", "10/12/95"): "[**1995-10-12**]",
+        ("Date", "8/88"): "[**8/1988**]",
+        ("Date", "July"): "[**Month (only) 4**]",
+        ("Date", "14th"): "[**Month/Day 4**]",
+        ("DateYear", "92"): "[**1992**]",
+        ("DateYear", "1992"): "[**1992**]",
+        ("Location", "CALVERT"): "[**Location (un) 4**]",
+        ("Phone", "301 944-5032"): "[**Telephone/Fax (1) 4**]",
+        ("Other", "rg17"): "[**Numeric Identifier 4**]",
+        ("PTNameInitial", "S."): "[**Name Initial (PRE) 4**]",
+    }
+    for (label, text), expected in cases.items():
+        assert placeholder_text(label, text, 4) == expected, (label, text)
+    assert set(PHYSIONET_LABELS) >= {label for label, _ in cases}
+    with pytest.raises(InputError, match="label"):
+        placeholder_text("NoSuchLabel", "x", 1)
+
+
+def test_name_runs_get_first_and_last_names():
+    text = "Dr. John Q. Smith saw pt; wife Mary called; Dr. Jones aware"
+    words = [("John", "HCPName"), ("Q.", "HCPName"), ("Smith", "HCPName")]
+    words += [("Mary", "RelativeProxyName"), ("Jones", "HCPName")]
+    spans = [(text.index(w), text.index(w) + len(w), label) for w, label in words]
+    gold = pa.table(
+        {
+            "doc_id": ["d0"],
+            "spans": [
+                [
+                    {"start": s, "end": e, "label": la, "source": "gold", "score": 1.0}
+                    for s, e, la in spans
+                ]
+            ],
+        }
+    )
+    out, report = to_placeholders(docs([text]), gold)
+    assert out.column("text").to_pylist() == [
+        "Dr. [**First Name (STitle) 1**] [**Initials (NamePattern4) 2**] "
+        "[**Last Name (STitle) 3**] saw pt; wife [**First Name 4**] called; "
+        "Dr. [**Last Name (STitle) 5**] aware"
+    ]
+    assert report["placeholders"] == 5
+
+
+def test_read_physionet_gold_names_the_bad_line(tmp_path):
+    bad = tmp_path / "id-phi.phrase"
+    bad.write_text("1 1 0 4 PTName John\n1 1 x 9 PTName Secret Name\n")
+    with pytest.raises(InputError, match="row 1") as e:
+        read_physionet_gold(bad)
+    assert "Secret" not in str(e.value)
+
+
+def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path):
+    ph = tmp_path / "ph"
+    m = placeholders(ph, corpus=physionet_dir)
+    gold = read_physionet_gold(physionet_dir)
+    assert m["spans"] == sum(len(s) for s in gold.column("spans").to_pylist()) == 999
+    assert m["spans_without_document"] == 0
+    out = tmp_path / "phi"
+    s = surrogate(ph, out, SECRET)
+    assert s["placeholders"] == m["placeholders"] == s["filled"] and s["unknown_categories"] == {}
+
+    original = {r["doc_id"]: r["text"] for r in phisieve_docs(physionet_dir)}
+    gold_by_doc = dict(
+        zip(gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=False)
+    )
+    filled = pq.read_table(out)
+    covered = 0
+    for doc, text, spans in zip(
+        *(filled.column(c).to_pylist() for c in ("doc_id", "text", "spans")), strict=False
+    ):
+        assert "[**" not in text
+        merged = _union(gold_by_doc.get(doc, []))
+        assert len(spans) == len(merged)
+        # Outside the spans, the filled text is the original text: every gold span (and
+        # nothing else) was replaced by exactly one surrogate span.
+        assert _outside(text, spans) == _outside(original[doc], merged)
+        covered += sum(
+            1
+            for g in gold_by_doc.get(doc, [])
+            for u in merged
+            if u["start"] <= g["start"] and g["end"] <= u["end"]
+        )
+    assert covered == 999  # 100% of the gold spans
+
+
+def phisieve_docs(corpus):
+    from phisieve import read_documents
+
+    for batch, _ in read_documents(corpus / "id.text", "physionet"):
+        yield from batch.to_pylist()
+
+
+def _union(spans):
+    out = []
+    for s in sorted(spans, key=lambda x: (x["start"], -x["end"])):
+        if out and s["start"] < out[-1]["end"]:
+            out[-1] = {**out[-1], "end": max(out[-1]["end"], s["end"])}
+        else:
+            out.append(dict(s))
+    return out
+
+
+def _outside(text, spans):
+    pieces, at = [], 0
+    for s in spans:
+        pieces.append(text[at : s["start"]])
+        at = s["end"]
+    return [*pieces, text[at:]]
+
+
+def test_cli_surrogate_and_placeholders(physionet_dir, tmp_path, capsys):
+    key = tmp_path / "key.txt"
+    key.write_bytes(b"cli secret key 0123456789\n")
+    main(["placeholders", "--corpus", str(physionet_dir), "--out", str(tmp_path / "ph")])
+    main(
+        [
+            "surrogate",
+            str(tmp_path / "ph"),
+            "--out",
+            str(tmp_path / "phi"),
+            "--secret-file",
+            str(key),
+            "-q",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert "998 placeholders" in printed and "998 filled" in printed
+    with pytest.raises(SystemExit) as e:
+        main(
+            [
+                "surrogate",
+                str(tmp_path / "ph"),
+                "--out",
+                str(tmp_path / "x"),
+                "--secret-file",
+                str(tmp_path / "nope"),
+            ]
+        )
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(
+            [
+                "surrogate",
+                str(tmp_path / "ph"),
+                "--out",
+                str(tmp_path / "x"),
+                "--secret-file",
+                str(key),
+                "--years",
+                "bad",
+            ]
+        )
+    assert e.value.code == 2
