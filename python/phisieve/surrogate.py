@@ -67,6 +67,8 @@ SPAN = pa.struct(
 SPANS = pa.list_(SPAN)
 
 MIN_SECRET_BYTES = 16
+FAKER_POOL = 1 << 16
+"""Values per Faker-formatted kind (phone, address...): see ``SurrogateFiller._pooled``."""
 _VERSION = b"phisieve-surrogate-v1"
 
 # Kinds Faker formats itself (one seeded call per distinct key), and the method for each.
@@ -234,6 +236,7 @@ class SurrogateFiller:
     anchors: dict[str, int] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     unknown_categories: Counter[str] = field(default_factory=Counter)
+    _pool: dict[str, dict[int, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_BYTES:
@@ -412,17 +415,9 @@ class SurrogateFiller:
 
         value, aux, sex_draw = field_draws("value"), field_draws("aux"), field_draws("sex")
         kinds = uniq.get_column("kind").to_numpy()
-        stated = np.asarray(
-            [
-                sex_of(c or "", q)
-                for c, q in zip(
-                    uniq.get_column("category").to_list(),
-                    uniq.get_column("qualifier").to_list(),
-                    strict=True,
-                )
-            ],
-            dtype=object,
-        )
+        pairs = uniq.select("category", "qualifier")
+        sexes = {(c, q): sex_of(c or "", q) for c, q in pairs.unique().iter_rows()}
+        stated = np.asarray([sexes[cq] for cq in pairs.iter_rows()], dtype=object)
         female = np.where(
             stated == "female",
             True,
@@ -504,13 +499,30 @@ class SurrogateFiller:
             mm = join(m, "/")
             return join(join(join(mm, d), "-"), join(mm, d2)).astype(object)
         if kind in _FAKER_METHODS:
-            method = getattr(self._faker, _FAKER_METHODS[kind])
-            out = np.empty(len(value), dtype=object)
-            for i, u in enumerate(value.tolist()):
-                self._faker.seed_instance(u)
-                out[i] = method()
-            return out
+            return self._pooled(kind, value)
         raise AssertionError(f"no surrogate for kind {kind!r}")  # pragma: no cover
+
+    def _pooled(self, kind: str, value: np.ndarray) -> np.ndarray:
+        """Faker-formatted surrogates: the draw picks one of ``FAKER_POOL`` slots per kind, and
+        a slot's value is Faker seeded with the slot's own keyed draw, made once and cached.
+        Faker is thus called at most ``FAKER_POOL`` times per kind, however large the corpus;
+        two keys of a patient share a value with probability about (keys^2 / 2) / FAKER_POOL.
+        """
+        slots = _below(value, FAKER_POOL)
+        pool = self._pool.setdefault(kind, {})
+        missing = [int(s) for s in np.unique(slots) if int(s) not in pool]
+        if missing:
+            n = len(missing)
+            seeds = self.draws(
+                pa.array(["faker-pool"] * n, pa.string()),
+                pa.array([kind] * n, pa.string()),
+                pa.array([str(s) for s in missing], pa.string()),
+            )
+            method = getattr(self._faker, _FAKER_METHODS[kind])
+            for slot, seed in zip(missing, seeds.tolist(), strict=True):
+                self._faker.seed_instance(seed)
+                pool[slot] = method()
+        return np.asarray([pool[s] for s in slots.tolist()], dtype=object)
 
     # ----------------------------------------------------------------------------------------
     def _shifts(self, patients: list[str]) -> pl.DataFrame:
