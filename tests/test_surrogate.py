@@ -584,3 +584,14 @@ def test_cli_surrogate_and_placeholders(physionet_dir, tmp_path, capsys):
             ]
         )
     assert e.value.code == 2
+
+
+def test_demo_fills_the_synthetic_corpus_and_knows_its_phi(tmp_path, capsys):
+    main(["demo", "--out", str(tmp_path), "--patients", "12"])
+    printed = capsys.readouterr().out
+    filled = pq.read_table(tmp_path / "notes_phi")
+    assert not any("[**" in t for t in filled.column("text").to_pylist())
+    spans = sum(len(s) for s in filled.column("spans").to_pylist())
+    placeholders_in = find(pq.read_table(tmp_path / "notes").column("text")).num_rows
+    assert spans == placeholders_in > 0
+    assert "gold PHI words" in printed and (tmp_path / "terms" / "blacklist.txt").exists()

@@ -365,17 +365,57 @@ def demo(
     patients: Annotated[int, typer.Option(help="Synthetic patients.")] = 500,
     ngram: Annotated[int, typer.Option(help="n-gram length for the index.")] = 2,
 ) -> None:
-    """Synthetic corpus -> patient x term index -> summary, end to end."""
+    """Synthetic corpus -> surrogate PHI with gold spans -> patient x term index -> summary."""
+    import os
+
+    from .surrogate import surrogate as run_surrogate
     from .synthetic import synth as run_synth
     from .term_index import write_index
 
     out_console.rule("[bold]1. synthetic corpus")
     manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True)
     out_console.print(f"{manifest['rows']:,} notes of {patients:,} patients in {out / 'notes'}")
-    out_console.rule("[bold]2. patient x term index")
-    stats = write_index(out / "notes", out / "terms", k=2, ngram=ngram, progress=True)
+    out_console.rule("[bold]2. surrogate PHI in the placeholders, with gold spans")
+    # A fresh random key, kept in memory only: the demo's surrogates differ on every run.
+    m = run_surrogate(out / "notes", out / "notes_phi", os.urandom(32), progress=True)
+    print_surrogate_summary(m)
+    out_console.print(f"filled notes and their gold `spans`: {out / 'notes_phi'}")
+    out_console.rule("[bold]3. patient x term index")
+    stats = write_index(out / "notes_phi", out / "terms", k=2, ngram=ngram, progress=True)
     print_index_summary(stats)
     out_console.print(f"blacklist: {out / 'terms' / 'blacklist.txt'}")
+    flagged, words = gold_words_flagged(out / "notes_phi", out / "terms")
+    out_console.print(
+        f"gold PHI words (from the surrogate spans) that the index flags as indirect "
+        f"identifiers: {flagged:,} of {words:,} ({flagged / max(words, 1):.1%}); the rest "
+        "recur across patients and need the direct-identifier stage"
+    )
+
+
+def gold_words_flagged(filled: Path, terms: Path) -> tuple[int, int]:
+    """How many word occurrences inside gold spans are indirect single-word terms."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .dataset import parquet_files
+    from .term_index import read_terms
+    from .tokenize import tokenize
+
+    docs = pa.concat_tables(
+        [pq.read_table(f, columns=["text", "spans"]) for f in parquet_files(filled)]
+    )
+    pieces = [
+        text[sp["start"] : sp["end"]]
+        for text, spans in zip(
+            docs.column("text").to_pylist(), docs.column("spans").to_pylist(), strict=True
+        )
+        for sp in spans or []
+    ]
+    words = pc.list_flatten(tokenize(pieces).column("words"))
+    t = read_terms(terms)
+    indirect = t.filter(pc.and_(pc.equal(t["n"], 1), t["indirect"])).column("term")
+    return pc.sum(pc.is_in(words, indirect)).as_py() or 0, len(words)
 
 
 def main(argv: list[str] | None = None) -> None:
