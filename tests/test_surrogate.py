@@ -147,6 +147,11 @@ def test_year_and_month_forms_follow_the_patients_shift():
     assert month_day.count("/") == 1
 
 
+def test_a_typo_year_does_not_anchor_the_shift():
+    (got,) = surrogates_of(["[**2149-3-4**] [**2999-1-1**]"], years=(2001, 2001))
+    assert _parse(got[0][0]).year in (2000, 2001, 2002)
+
+
 def test_calendar_overflow_dates_are_clamped_not_failed():
     (got,) = surrogates_of(["[**2149-2-30**] [**2148-2-29**] [**2-29**]"])
     assert [label for _, label in got] == ["date"] * 3
@@ -344,6 +349,9 @@ def test_bad_input_is_named_without_text():
     )
     with pytest.raises(InputError, match="spans"):
         SurrogateFiller(SECRET).fill(table)
+    nulls = pa.table({"patient_id": ["p", None], "text": ["a", "[**Known lastname 1**]"]})
+    with pytest.raises(InputError, match="row 1"):
+        SurrogateFiller(SECRET).fill(nulls)
     with pytest.raises(ConfigError, match="locale"):
         SurrogateFiller(SECRET, locale="xx_NOPE")
 

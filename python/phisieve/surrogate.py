@@ -67,6 +67,8 @@ SPAN = pa.struct(
 SPANS = pa.list_(SPAN)
 
 MIN_SECRET_BYTES = 16
+ANCHOR_YEARS = (1000, 2300)
+"""Years that can anchor a patient's date shift (MIMIC writes 2100-2200)."""
 FAKER_POOL = 1 << 16
 """Values per Faker-formatted kind (phone, address...): see ``SurrogateFiller._pooled``."""
 _VERSION = b"phisieve-surrogate-v1"
@@ -145,7 +147,8 @@ def read_secret(path: str | os.PathLike[str], out: str | os.PathLike[str] | None
 
 def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
     """The latest year each patient's date placeholders write (``patient_id``, ``year``): the
-    anchor that the patient's date shift moves into the target years.
+    anchor that the patient's date shift moves into the target years. Years outside
+    :data:`ANCHOR_YEARS` (typos such as 2999) do not anchor.
 
     ``found`` is a :func:`phisieve.placeholders.find` table over texts whose patient ids are
     ``patients``. Only dates that carry a year count.
@@ -154,7 +157,11 @@ def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
     assert isinstance(df, pl.DataFrame)
     pid = pl.from_arrow(pa.array(patients, pa.string()))
     assert isinstance(pid, pl.Series)
-    dated = df.filter((pl.col("form") == "date") & pl.col("shape").is_in(["y-m-d", "m/y", "y"]))
+    dated = df.filter(
+        (pl.col("form") == "date")
+        & pl.col("shape").is_in(["y-m-d", "m/y", "y"])
+        & pl.col("year").is_between(*ANCHOR_YEARS)
+    )
     dated = dated.with_columns(pid.gather(dated.get_column("text")).alias("patient_id"))
     return dated.group_by("patient_id").agg(pl.col("year").max().cast(pl.Int32))
 
@@ -321,6 +328,9 @@ class SurrogateFiller:
             )
         texts = batch.column("text")
         patients = batch.column("patient_id").cast(pa.string())
+        if patients.null_count:
+            row = int(np.flatnonzero(patients.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError("the patient id is null", row=row, column="patient_id")
         found = find(texts)
         edits = self._replacements(found, patients)
         rows, starts, ends, with_, labels = (
