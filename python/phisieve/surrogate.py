@@ -256,7 +256,9 @@ class SurrogateFiller:
         except ImportError:  # pragma: no cover - faker is a dependency
             raise MissingDependencyError("faker", "all") from None
         try:
-            self._faker = Faker(self.locale)
+            # Faker is only called for the formatted kinds (phone, address...), whose parts
+            # need no frequency weighting; unweighted draws are 5-10x faster.
+            self._faker = Faker(self.locale, use_weighting=False)
         except AttributeError:
             raise ConfigError(f"unknown Faker locale {self.locale!r}") from None
         gen = self._faker.factories[0]

@@ -71,10 +71,7 @@ fn find_from(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     if from >= hay.len() {
         return None;
     }
-    hay[from..]
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + from)
+    memchr::memmem::find(&hay[from..], needle).map(|p| p + from)
 }
 
 fn digits(s: &str) -> Option<u32> {
