@@ -603,3 +603,20 @@ def test_demo_fills_the_synthetic_corpus_and_knows_its_phi(tmp_path, capsys):
     placeholders_in = find(pq.read_table(tmp_path / "notes").column("text")).num_rows
     assert spans == placeholders_in > 0
     assert "gold PHI words" in printed and (tmp_path / "terms" / "blacklist.txt").exists()
+
+
+def test_surrogate_spans_go_back_to_placeholders_of_the_same_kinds(tmp_path):
+    text = (
+        "[**Known lastname 1**] [**Female First Name (un) 2**] [**Name (NI) 3**] at "
+        "[**Hospital1 4**], [**2149-3-4**]-[**2149-3-8**] [**3/4**] [**9/2150**] [**2150**] "
+        "[**Age over 90 **] [** **] [**Telephone/Fax (1) 5**] [**Weird 6**] [**Date range (1) 7**]"
+    )
+    surrogate(docs([text]), tmp_path / "phi", SECRET)
+    phi = pq.read_table(tmp_path / "phi")
+    labels = [s["label"] for s in phi.column("spans").to_pylist()[0]]
+    m = placeholders(tmp_path / "ph", docs=tmp_path / "phi", spans=tmp_path / "phi")
+    assert m["placeholders"] == len(labels) == 14
+    back = pq.read_table(tmp_path / "ph")
+    assert "spans" not in back.schema.names
+    again = find(back.column("text"))
+    assert [k or "unknown" for k in again.column("kind").to_pylist()] == labels

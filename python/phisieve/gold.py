@@ -299,6 +299,8 @@ def to_placeholders(
     """
     require_columns(documents.schema, ["doc_id", "patient_id", "text"], "documents")
     require_columns(gold.schema, ["doc_id", "spans"], "spans")
+    if "spans" in documents.schema.names:  # offsets of the old text: dropped, not carried
+        documents = documents.drop_columns(["spans"])
     ids = {} if ids is None else ids
     gold_by_doc = {
         d: s
