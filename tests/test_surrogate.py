@@ -552,46 +552,20 @@ def _outside(text, spans):
 def test_cli_surrogate_and_placeholders(physionet_dir, tmp_path, capsys):
     key = tmp_path / "key.txt"
     key.write_bytes(b"cli secret key 0123456789\n")
+
+    def run(out, secret_file, *extra):
+        args = ["surrogate", str(tmp_path / "ph"), "--out", str(tmp_path / out)]
+        main([*args, "--secret-file", str(secret_file), "-q", *extra])
+
     main(["placeholders", "--corpus", str(physionet_dir), "--out", str(tmp_path / "ph")])
-    main(
-        [
-            "surrogate",
-            str(tmp_path / "ph"),
-            "--out",
-            str(tmp_path / "phi"),
-            "--secret-file",
-            str(key),
-            "-q",
-        ]
-    )
+    run("phi", key)
     printed = capsys.readouterr().out
     assert "998 placeholders" in printed and "998 filled" in printed
-    with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "surrogate",
-                str(tmp_path / "ph"),
-                "--out",
-                str(tmp_path / "x"),
-                "--secret-file",
-                str(tmp_path / "nope"),
-            ]
-        )
-    assert e.value.code == 2
-    with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "surrogate",
-                str(tmp_path / "ph"),
-                "--out",
-                str(tmp_path / "x"),
-                "--secret-file",
-                str(key),
-                "--years",
-                "bad",
-            ]
-        )
-    assert e.value.code == 2
+    for secret_file, extra in ((tmp_path / "nope", ()), (key, ("--years", "bad"))):
+        with pytest.raises(SystemExit) as e:
+            run("x", secret_file, *extra)
+        assert e.value.code == 2
+        assert "error:" in capsys.readouterr().err
 
 
 def test_demo_fills_the_synthetic_corpus_and_knows_its_phi(tmp_path, capsys):
