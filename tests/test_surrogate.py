@@ -61,7 +61,7 @@ def surrogates_of(texts, patients=None, **kw):
     new, spans, _ = fill(texts, patients, **kw)
     return [
         [(t[s["start"] : s["end"]], s["label"]) for s in sp]
-        for t, sp in zip(new, spans, strict=False)
+        for t, sp in zip(new, spans, strict=True)
     ]
 
 
@@ -124,7 +124,7 @@ def test_dates_keep_intervals_weekdays_and_land_in_the_years():
     dates = [a[0], b[0], c[0], d[0]]
     parsed = [_parse(x) for x in dates]
     src = [dt.date(2149, 3, 4), dt.date(2149, 3, 11), dt.date(2151, 12, 31), dt.date(2149, 3, 4)]
-    shifts = {(p - s).days for p, s in zip(parsed, src, strict=False)}
+    shifts = {(p - s).days for p, s in zip(parsed, src, strict=True)}
     assert len(shifts) == 1 and shifts.pop() % 7 == 0  # one shift per patient, whole weeks
     assert a[0] == d[0]
     assert 2000 - 1 <= parsed[2].year <= 2005 + 1  # the latest year lands in the range
@@ -153,8 +153,52 @@ def test_a_typo_year_does_not_anchor_the_shift():
 
 
 def test_calendar_overflow_dates_are_clamped_not_failed():
-    (got,) = surrogates_of(["[**2149-2-30**] [**2148-2-29**] [**2-29**]"])
-    assert [label for _, label in got] == ["date"] * 3
+    text = "[**2149-2-30**] [**2148-2-29**] [**2-29**] [**2149-0-0**] [**0-0**] [**0/2149**]"
+    (got,) = surrogates_of([text])
+    assert [label for _, label in got] == ["date"] * 6
+    assert all(re.fullmatch(r"[\d/-]+", v) for v, _ in got)
+
+
+def test_a_typo_year_takes_the_patients_era_not_an_impossible_year():
+    (got,) = surrogates_of(["[**2149-3-4**] [**0100-1-1**] [**0100**] [**9999**]"])
+    years = [int(re.findall(r"\d{4}", v)[0]) for v, _ in got]
+    assert all(1990 <= y <= 2020 for y in years), years
+
+
+@pytest.mark.parametrize("years", [(2019, 2020), (2000, 2000)])
+def test_dates_and_named_years_stay_within_the_years(years):
+    texts = [f"[**2149-12-31**] [**2149-1-1**] [**Year (4 digits) {i}**]" for i in range(30)]
+    got = surrogates_of(texts, [f"p{i}" for i in range(30)], years=years)
+    lo, hi = years
+    for (latest, _), (earliest, _), (named, _) in got:
+        assert lo <= _parse(latest).year <= hi and _parse(earliest).year >= lo - 1
+        assert lo <= int(named) <= hi
+
+
+def test_the_qualifier_is_part_of_the_key():
+    a = "[**First Name (NI) 3**]"
+    b = "[**First Name (female) 3**]"
+    alone = surrogates_of([a], ["p"])[0][0][0]
+    together = surrogates_of([b + " " + a], ["p"])[0]
+    assert together[1][0] == alone  # not changed by another placeholder in the batch
+    assert together[0][0] in faker_list("first_names_female")
+
+
+def test_the_secret_is_not_in_the_fillers_repr():
+    assert SECRET.decode() not in repr(SurrogateFiller(SECRET))
+
+
+@pytest.mark.parametrize("locale", ["en_MS", "en_PH", "fr_FR", "ja_JP"])
+def test_every_faker_locale_fills_or_is_refused_up_front(locale):
+    try:
+        filler = SurrogateFiller(SECRET, locale=locale)
+    except ConfigError as e:
+        assert locale in str(e)
+        return
+    out = filler.fill(
+        docs(["[**Known lastname 1**] [**Location (un) 2**] [**Telephone/Fax (1) 3**]"])
+    )
+    assert len(out.column("spans").to_pylist()[0]) == 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +207,7 @@ def test_calendar_overflow_dates_are_clamped_not_failed():
 
 PIECES = st.one_of(
     st.text(alphabet=st.characters(codec="utf-8", exclude_characters="[]*"), max_size=6),
+    st.sampled_from(["[", "*", "]", "**", "[*"]),
     st.sampled_from(
         [
             "[**Known lastname 12**]",
@@ -176,6 +221,9 @@ PIECES = st.one_of(
             "[**Age over 90 **]",
             "[** **]",
             "[**Strange Category 3**]",
+            "[**First Name (NI) 3**]",
+            "[**First Name (female) 3**]",
+            "[**2149-0-0**]",
             "[**",
             "**]",
         ]
@@ -198,13 +246,13 @@ def test_spans_point_at_surrogates_and_are_consistent(notes, split):
     texts = ["".join(parts) for _, parts in notes]
     new, spans, _filler = fill(texts, patients)
     # Spans point exactly at the surrogates: the text around them is the original text.
-    for src, out, sp in zip(texts, new, spans, strict=False):
+    for src, out, sp in zip(texts, new, spans, strict=True):
         assert "[**" not in out and "**]" not in out
         rebuilt = _placeholders_back(out, sp)
         assert rebuilt == _markers_removed(src)
     # Same (patient, placeholder) -> same surrogate, whichever note it is in.
     seen: dict[tuple[str, str], str] = {}
-    for p, src, out, sp in zip(patients, texts, new, spans, strict=False):
+    for p, src, out, sp in zip(patients, texts, new, spans, strict=True):
         found = find([src])
         full = [
             src[s:e]
@@ -212,12 +260,12 @@ def test_spans_point_at_surrogates_and_are_consistent(notes, split):
                 found.column("start").to_pylist(),
                 found.column("end").to_pylist(),
                 found.column("form").to_pylist(),
-                strict=False,
+                strict=True,
             )
             if form not in ("unterminated", "stray_close")
         ]
         assert len(full) == len(sp)
-        for placeholder, s in zip(full, sp, strict=False):
+        for placeholder, s in zip(full, sp, strict=True):
             value = out[s["start"] : s["end"]]
             assert seen.setdefault((p, placeholder), value) == value
     # Independent of batch boundaries and order.
@@ -239,7 +287,7 @@ def _placeholders_back(out, spans):
 
 
 def _markers_removed(src):
-    """The source with placeholders as <kind> markers and stray markers removed."""
+    """The source with placeholders as <kind> markers and stray markers as spaces."""
     found = find([src])
     pieces, at = [], 0
     for s, e, kind, form in zip(
@@ -247,11 +295,12 @@ def _markers_removed(src):
         found.column("end").to_pylist(),
         found.column("kind").to_pylist(),
         found.column("form").to_pylist(),
-        strict=False,
+        strict=True,
     ):
         pieces.append(src[at:s])
-        if form not in ("unterminated", "stray_close"):
-            pieces.append(f"<{kind or 'unknown'}>")
+        pieces.append(
+            f"<{kind or 'unknown'}>" if form not in ("unterminated", "stray_close") else " "
+        )
         at = e
     return "".join(pieces) + src[at:]
 
@@ -285,14 +334,12 @@ def test_keyed_draws_are_hmac_sha256_of_framed_parts(secret, rows):
 
 
 def test_the_secret_keys_the_mapping():
-    texts = [
-        f"[**Known lastname {i}**] [**Hospital1 {i}**] [**2149-3-{1 + i % 28}**]" for i in range(40)
-    ]
+    texts = ["[**Known lastname 7**] [**Hospital1 18**] [**2149-3-4**]"] * 40
     patients = [f"p{i}" for i in range(40)]
     one = fill(texts, patients)[0]
     assert fill(texts, patients)[0] == one  # same key, same surrogates
     other = fill(texts, patients, secret=b"another secret of 32 bytes......")[0]
-    assert sum(x != y for x, y in zip(one, other, strict=False)) >= 38
+    assert sum(x != y for x, y in zip(one, other, strict=True)) >= 38
     # The patient is part of the key: the same placeholder differs across patients.
     assert len({t.split(" ")[0] for t in one}) > 20
 
@@ -329,12 +376,14 @@ def test_the_secret_is_never_written_with_the_output(tmp_path):
 
 def test_unknown_categories_are_reported_and_filled_or_kept():
     texts = ["a [**Strange Thing 3**] b [**Strange Thing 3**] [**Other One**] [**x **]] c [**"]
-    new, spans, filler = fill(texts)
+    new, spans, filler = fill([*texts, "[**Strange Thing 9**] [**x **]"], ["p1", "p2"])
     s = filler.summary()
-    assert s["unknown_categories"] == {"Strange Thing": 2, "Other One": 1, "x": 1}
+    # Named once two patients use them; a category of one patient may be PHI: only counted.
+    assert s["unknown_categories"] == {"Strange Thing": 3, "x": 2}
+    assert s["unknown_categories_single_patient"] == {"categories": 1, "placeholders": 1}
     assert s["unfilled"] == 0 and s["markers_removed"] == 1
     assert [sp["label"] for sp in spans[0]] == ["unknown", "unknown", "unknown", "unknown"]
-    assert "[**" not in new[0] and "**]" not in new[0]
+    assert "[**" not in new[0] and "**]" not in new[0] and new[0].endswith(" c  ")
     kept, kept_spans, f2 = fill(texts, keep_unfilled=True)
     assert kept[0].count("[**Strange Thing 3**]") == 2 and kept[0].endswith("c [**")
     assert kept_spans[0] == []
@@ -412,7 +461,7 @@ def test_splice_matches_a_python_reference(text, cuts):
         pa.array([w for _, _, w in edits], pa.string()),
     )
     assert new.to_pylist() == [expected]
-    assert list(zip(starts.to_pylist(), ends.to_pylist(), strict=False)) == placed
+    assert list(zip(starts.to_pylist(), ends.to_pylist(), strict=True)) == placed
 
 
 def test_splice_rejects_overlaps_and_out_of_range_edits():
@@ -482,6 +531,31 @@ def test_name_runs_get_first_and_last_names():
     assert report["placeholders"] == 5
 
 
+def test_placeholder_ids_count_up_per_patient_and_repeat_for_equal_text():
+    texts = ["Pt Smith here", "pt SMITH and Jones", "Pt Smith again"]
+    words = [["Smith"], ["SMITH", "Jones"], ["Smith"]]
+
+    def spans(text, ws):
+        return [
+            {"start": text.index(w), "end": text.index(w) + len(w), "label": "PTName",
+             "source": "gold", "score": 1.0}
+            for w in ws
+        ]  # fmt: skip
+
+    gold = pa.table(
+        {
+            "doc_id": ["d0", "d1", "d2"],
+            "spans": [spans(t, w) for t, w in zip(texts, words, strict=True)],
+        }
+    )
+    out, _ = to_placeholders(docs(texts, ["p", "p", "q"]), gold)
+    assert out.column("text").to_pylist() == [
+        "Pt [**Known lastname 1**] here",
+        "pt [**Known lastname 1**] and [**Known lastname 2**]",
+        "Pt [**Known lastname 1**] again",
+    ]
+
+
 def test_read_physionet_gold_names_the_bad_line(tmp_path):
     bad = tmp_path / "id-phi.phrase"
     bad.write_text("1 1 0 4 PTName John\n1 1 x 9 PTName Secret Name\n")
@@ -502,12 +576,12 @@ def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path):
 
     original = {r["doc_id"]: r["text"] for r in phisieve_docs(physionet_dir)}
     gold_by_doc = dict(
-        zip(gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=False)
+        zip(gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=True)
     )
     filled = pq.read_table(out)
-    covered = 0
+    checked = 0
     for doc, text, spans in zip(
-        *(filled.column(c).to_pylist() for c in ("doc_id", "text", "spans")), strict=False
+        *(filled.column(c).to_pylist() for c in ("doc_id", "text", "spans")), strict=True
     ):
         assert "[**" not in text
         merged = _union(gold_by_doc.get(doc, []))
@@ -515,13 +589,8 @@ def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path):
         # Outside the spans, the filled text is the original text: every gold span (and
         # nothing else) was replaced by exactly one surrogate span.
         assert _outside(text, spans) == _outside(original[doc], merged)
-        covered += sum(
-            1
-            for g in gold_by_doc.get(doc, [])
-            for u in merged
-            if u["start"] <= g["start"] and g["end"] <= u["end"]
-        )
-    assert covered == 999  # 100% of the gold spans
+        checked += len(gold_by_doc.get(doc, []))
+    assert checked == 999  # every gold span's document went through the check
 
 
 def phisieve_docs(corpus):

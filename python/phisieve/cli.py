@@ -207,6 +207,12 @@ def print_surrogate_summary(m: dict[str, Any]) -> None:
         out_console.print(
             f"[yellow]unknown category[/] {escape(category)!r}: {n:,}", highlight=False
         )
+    single = m["unknown_categories_single_patient"]
+    if single["categories"]:
+        out_console.print(
+            f"[yellow]{single['categories']:,} unknown categories used by one patient each[/] "
+            f"({single['placeholders']:,} placeholders; not shown: they may be PHI)"
+        )
 
 
 @app.command()

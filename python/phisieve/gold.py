@@ -325,7 +325,10 @@ def to_placeholders(
             word = text[sp["start"] : sp["end"]]
             key_text = " ".join(word.lower().split())
             category = f"{sp['label']}/{role or ''}"
-            ident = ids.setdefault((patient, category, key_text), _next_id(ids, patient))
+            key = (patient, category, key_text)
+            if key not in ids:
+                ids[key] = _next_id(ids, patient)
+            ident = ids[key]
             placeholder = placeholder_text(sp["label"], word, ident, role)
             rows.append(row)
             starts.append(sp["start"])

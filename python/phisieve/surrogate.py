@@ -69,6 +69,8 @@ SPANS = pa.list_(SPAN)
 MIN_SECRET_BYTES = 16
 ANCHOR_YEARS = (1000, 2300)
 """Years that can anchor a patient's date shift (MIMIC writes 2100-2200)."""
+SHOWN_AFTER_PATIENTS = 2
+"""An unknown category is named in reports once this many patients use it."""
 FAKER_POOL = 1 << 16
 """Values per Faker-formatted kind (phone, address...): see ``SurrogateFiller._pooled``."""
 _VERSION = b"phisieve-surrogate-v1"
@@ -192,8 +194,11 @@ def _as_choices(data: Any, fallback: Iterable[str]) -> tuple[np.ndarray, np.ndar
     """Values and weights (None: uniform) of a Faker list or weighted OrderedDict."""
     if isinstance(data, dict) and data:
         keys = [str(k) for k in data]
-        weights = np.asarray([float(v) for v in data.values()], dtype=np.float64)
-        return np.asarray(keys, dtype=object), weights / weights.sum()
+        if all(isinstance(v, (int, float)) and v >= 0 for v in data.values()):
+            weights = np.asarray(list(data.values()), dtype=np.float64)
+            if weights.sum() > 0:
+                return np.asarray(keys, dtype=object), weights / weights.sum()
+        return np.asarray(keys, dtype=object), None
     if data and all(isinstance(v, str) for v in data):
         return np.asarray(list(data), dtype=object), None
     return np.asarray(list(fallback), dtype=object), None
@@ -236,13 +241,14 @@ class SurrogateFiller:
         Patients absent from it keep their years and move by a keyed number of weeks.
     """
 
-    secret: bytes
+    secret: bytes = field(repr=False)
     locale: str = "en_US"
     keep_unfilled: bool = False
     years: tuple[int, int] = (2000, 2020)
     anchors: dict[str, int] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     unknown_categories: Counter[str] = field(default_factory=Counter)
+    _unknown_patients: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _pool: dict[str, dict[int, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -261,6 +267,13 @@ class SurrogateFiller:
             self._faker = Faker(self.locale, use_weighting=False)
         except AttributeError:
             raise ConfigError(f"unknown Faker locale {self.locale!r}") from None
+        for kind, method in _FAKER_METHODS.items():
+            try:
+                getattr(self._faker, method)()
+            except Exception:  # Faker raises anything when a locale lacks data
+                raise ConfigError(
+                    f"Faker locale {self.locale!r} cannot make {kind} surrogates ({method})"
+                ) from None
         gen = self._faker.factories[0]
         months = _provider_data(gen, "MONTH_NAMES")
         self._lists = _Lists(
@@ -292,14 +305,26 @@ class SurrogateFiller:
             "markers_removed": self.counts["markers_removed"],
             "by_form": by("form:"),
             "by_kind": by("kind:"),
-            "unknown_categories": dict(
-                sorted(self.unknown_categories.items(), key=lambda kv: (-kv[1], kv[0]))
-            ),
+            **self._unknown_report(),
             "keep_unfilled": self.keep_unfilled,
             "locale": self.locale,
             "faker_version": faker.VERSION,
             "years": list(self.years),
             "patients_with_dates": len(self.anchors),
+        }
+
+    def _unknown_report(self) -> dict[str, Any]:
+        """Unknown categories used by at least ``SHOWN_AFTER_PATIENTS`` patients, with counts;
+        the others only counted: text a single patient wrapped in ``[** **]`` may be PHI."""
+        shown, hidden, hidden_n = {}, 0, 0
+        for name, n in sorted(self.unknown_categories.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(self._unknown_patients.get(name, ())) >= SHOWN_AFTER_PATIENTS:
+                shown[name] = n
+            else:
+                hidden, hidden_n = hidden + 1, hidden_n + n
+        return {
+            "unknown_categories": shown,
+            "unknown_categories_single_patient": {"categories": hidden, "placeholders": hidden_n},
         }
 
     # ----------------------------------------------------------------------------------------
@@ -360,8 +385,15 @@ class SurrogateFiller:
         for form, n in df.group_by("form").len().iter_rows():
             self.counts[f"form:{form}"] += n
         unknown = df.filter((pl.col("form") == "named") & pl.col("kind").is_null())
-        for cat, n in unknown.group_by("category").len().iter_rows():
-            self.unknown_categories[" ".join(str(cat).split())] += n
+        by_category = unknown.group_by("category").agg(
+            pl.len(), pl.col("patient_id").unique().head(SHOWN_AFTER_PATIENTS)
+        )
+        for cat, n, pids in by_category.iter_rows():
+            name = " ".join(str(cat).split())
+            self.unknown_categories[name] += n
+            seen = self._unknown_patients.setdefault(name, set())
+            if len(seen) < SHOWN_AFTER_PATIENTS:
+                seen.update(pids)
 
         parts: list[pl.DataFrame] = []
         dates = df.filter(pl.col("form") == "date")
@@ -375,7 +407,8 @@ class SurrogateFiller:
         if not self.keep_unfilled:
             markers = df.filter(pl.col("form").is_in(["unterminated", "stray_close"]))
             parts.append(
-                markers.select("order", **{"with": pl.lit(""), "label": pl.lit(None, pl.String)})
+                # A space, not nothing: removing `[**` from `[[****` would make a new `[**`.
+                markers.select("order", **{"with": pl.lit(" "), "label": pl.lit(None, pl.String)})
             )
         keep = ["order", "with", "label"]
         edits = (
@@ -395,7 +428,15 @@ class SurrogateFiller:
     def _named(self, named: pl.DataFrame) -> pl.DataFrame:
         """Surrogates of named placeholders (and empty / age over 90), keyed by (patient,
         category, id)."""
-        category = pl.col("category").str.to_lowercase().str.replace_all(r"\s+", " ")
+        # The key is the placeholder as written: category and qualifier (which may state a
+        # sex), case and spacing normalised.
+        written = pl.concat_str(
+            pl.col("category"),
+            pl.lit(" ("),
+            pl.col("qualifier").fill_null(""),
+            pl.lit(")"),
+        )
+        category = written.str.to_lowercase().str.replace_all(r"\s+", " ")
         keyed = named.with_columns(
             key_category=pl.when(pl.col("form") == "named")
             .then(category.str.strip_chars())
@@ -495,7 +536,7 @@ class SurrogateFiller:
             w = _DIGITS[kind]
             return (10 ** (w - 1) + _below(value, 9 * 10 ** (w - 1))).astype(str).astype(object)
         lo, hi = self.years
-        year = lo + _below(value, hi - lo + 11)
+        year = lo + _below(value, hi - lo + 1)
         month, day = 1 + _below(aux, 12), 1 + _below(aux >> np.uint64(8), 28)
         m, d, y = month.astype(str), day.astype(str), year.astype(str)
         if kind == "year":
@@ -546,7 +587,9 @@ class SurrogateFiller:
         style_draw = self.draws(pid, pa.array(["date-style"] * n, pa.string()))
         lo, hi = self.years
         target = lo + _below(shift_draw, hi - lo + 1)
-        jitter = _below(shift_draw >> np.uint64(32), 53) - 26
+        # 1-26 weeks earlier: the anchor year's last day lands in the second half of the
+        # target year, never after it.
+        jitter = -1 - _below(shift_draw >> np.uint64(32), 26)
         anchor = np.asarray([self.anchors.get(p, -1) for p in patients], dtype=np.int64)
         has = anchor >= 0
         weeks = np.where(has, np.rint((target - anchor) * 365.2425 / 7), 0) + jitter
@@ -567,19 +610,25 @@ class SurrogateFiller:
         """Shifted dates written like clinical text, for date placeholders."""
         patients = dates.get_column("patient_id").unique(maintain_order=True).to_list()
         shifts = self._shifts(patients)
-        yearless = pl.col("shape").is_in(["m-d", "m/d"])
+        # Dates without a year, or with one that cannot anchor (a typo), take the patient's
+        # reference year.
+        yearless = pl.col("shape").is_in(["m-d", "m/d"]) | ~pl.col("year").is_between(*ANCHOR_YEARS)
         df = dates.join(shifts, on="patient_id").with_columns(
             y=pl.when(yearless).then(pl.col("ref_year")).otherwise(pl.col("year").cast(pl.Int32)),
-            m=pl.when(pl.col("shape") == "y").then(7).otherwise(pl.col("month")).cast(pl.Int8),
+            m=pl.when(pl.col("shape") == "y")
+            .then(7)
+            .otherwise(pl.col("month"))
+            .clip(1, 12)
+            .cast(pl.Int8),
             d=pl.when(pl.col("shape") == "y")
             .then(2)
             .when(pl.col("shape") == "m/y")
             .then(15)
             .otherwise(pl.col("day"))
+            .clip(1, 31)
             .cast(pl.Int8),
         )
-        # Clamp to the calendar (MIMIC has 2/30 and the like) and to polars' date range.
-        df = df.with_columns(y=pl.col("y").clip(1, 9000))
+        # Clamp to the calendar (MIMIC has 2/30, 0 for a month and the like).
         last = pl.date(pl.col("y"), pl.col("m"), 1).dt.month_end().dt.day()
         shifted = pl.date(pl.col("y"), pl.col("m"), pl.min_horizontal(pl.col("d"), last))
         shifted = shifted + pl.duration(days=pl.col("shift_days"))
@@ -676,23 +725,23 @@ def surrogate(
     -------
     dict
         The manifest: rows, counts of placeholders by form and filled surrogates by kind,
-        unknown categories with counts, unfilled placeholders, removed markers, and the
-        locale, Faker version and year range the mapping depends on.
+        unknown categories with counts (named once two patients use them; the others only
+        counted, as text one patient wrapped in ``[** **]`` may be PHI), unfilled
+        placeholders, removed markers, and the locale, Faker version and year range the
+        mapping depends on.
     """
     src = open_source(docs, 4096)
     require_columns(src.schema, ["patient_id", "text"], src.name)
     if not src.reiterable:
         raise InputError("the surrogate stage reads its input twice: pass a dataset or a table")
-    anchors: dict[str, int] = {}
+    filler = SurrogateFiller(secret, locale=locale, keep_unfilled=keep_unfilled, years=years)
+    anchors = filler.anchors
     with progress_bar("dates", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["patient_id", "text"]):
             latest = date_anchors(find(b.column("text")), b.column("patient_id"))
             for p, y in latest.iter_rows():
                 anchors[p] = max(y, anchors.get(p, y))
             adv(b.num_rows)
-    filler = SurrogateFiller(
-        secret, locale=locale, keep_unfilled=keep_unfilled, years=years, anchors=anchors
-    )
     schema = src.schema.append(pa.field("spans", SPANS))
     writer = DatasetWriter(Path(out), schema)
     with progress_bar("surrogate", total=src.num_rows, unit="documents", enabled=progress) as adv:
