@@ -100,3 +100,8 @@ def splice(
     ``starts[i]:ends[i]`` of ``texts[rows[i]]`` (``rows`` uint64, not decreasing; a row's edits
     sorted and disjoint). Returns the new texts and each replacement's code-point range in
     its new text."""
+
+def detect_rules(texts: Any) -> pa.RecordBatch:
+    """Rule detections of direct identifiers, one row each: ``text`` (input row), code-point
+    ``start``/``end``, ``label`` (DATE, PHONE, EMAIL, URL, IP, SSN, ZIP, AGE, ID, NAME),
+    ``rule`` and ``score``. Overlapping detections are all kept."""

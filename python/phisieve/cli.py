@@ -29,6 +29,7 @@ out_console = Console()
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+Recognizers = Annotated[str, typer.Option(help="Comma-separated recognizers: rules, lists.")]
 
 
 @app.command()
@@ -235,6 +236,64 @@ def placeholders(
 
 
 @app.command()
+def detect(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
+    out: Out,
+    recognizers: Recognizers = "rules,lists",
+    deny: Annotated[
+        Path | None, typer.Option(help="Deny list: word[TAB LABEL] per line, always direct.")
+    ] = None,
+    allow: Annotated[Path | None, typer.Option(help="Allow list: words never direct.")] = None,
+    min_score: Annotated[float, typer.Option(help="Drop detections scored below this.")] = 0.0,
+    quiet: Quiet = False,
+) -> None:
+    """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
+    from .detect import detect as run
+    from .detect import read_word_list, write_spans
+
+    spans = run(
+        docs,
+        [r.strip() for r in recognizers.split(",") if r.strip()],
+        deny=read_word_list(deny) if deny else None,
+        allow=read_word_list(allow) if allow else None,
+        min_score=min_score,
+        progress=not quiet,
+    )
+    n = sum(len(s) for s in spans.column("spans").to_pylist())
+    write_spans(spans, out, recognizers=recognizers, spans_found=n)
+    out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
+
+
+@app.command("detect-eval")
+def detect_eval(
+    corpus: Annotated[Path, typer.Option(help="PhysioNet deid folder (id.text, id-phi.phrase).")],
+    recognizers: Recognizers = "rules,lists",
+    deny: Annotated[Path | None, typer.Option(help="Deny list (see `detect`).")] = None,
+    allow: Annotated[Path | None, typer.Option(help="Allow list (see `detect`).")] = None,
+) -> None:
+    """Span recall, character precision and recall per gold category, and notes/s."""
+    from .detect import evaluate_corpus, read_word_list
+
+    r = evaluate_corpus(
+        corpus,
+        [x.strip() for x in recognizers.split(",") if x.strip()],
+        deny=read_word_list(deny) if deny else None,
+        allow=read_word_list(allow) if allow else None,
+    )
+    table = Table(title=f"detection on {corpus}", header_style="bold")
+    for col in ("category", "gold spans", "found", "span recall"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    for label, m in r["by_label"].items():
+        table.add_row(label, f"{m['gold']:,}", f"{m['found']:,}", f"{m['recall']:.3f}")
+    out_console.print(table)
+    out_console.print(
+        f"span recall {r['span_recall']:.3f}, character precision {r['char_precision']:.3f}, "
+        f"character recall {r['char_recall']:.3f}; {r['documents']:,} notes at "
+        f"{r.get('notes_per_s', 0):,.0f} notes/s"
+    )
+
+
+@app.command()
 def encode(
     docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
     out: Out,
@@ -434,12 +493,11 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Exit, SystemExit) as e:
         code = getattr(e, "exit_code", getattr(e, "code", 0))
         sys.exit(code)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
+    except Exception as e:  # usage errors (click's, or the copy typer vendors)
+        show, code = getattr(e, "show", None), getattr(e, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise
 
 

@@ -19,6 +19,7 @@ pub mod marker;
 pub mod masking;
 pub mod normalize;
 pub mod placeholders;
+pub mod rules;
 pub mod surrogate;
 pub mod table;
 pub mod text;

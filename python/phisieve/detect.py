@@ -1,0 +1,314 @@
+"""Direct identifiers: find names, dates, phone numbers... in notes (DESIGN.md §3).
+
+Recognizers (combinable):
+
+* ``rules``: the Rust rule recognizers (:func:`phisieve._core.detect_rules`): dates in clinical
+  forms, phone/pager numbers, e-mail, URLs, IPs, SSNs, ZIP codes, ages over 89, identifier
+  numbers after their context words, and names after titles, relation words or before
+  credentials;
+* ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals).
+
+An allow list (e.g. eponyms such as "Lewy") removes spans whose text it holds. Overlapping
+spans are merged, keeping every source. The result is the ``spans`` table (``doc_id``,
+``spans``) with code-point offsets; :func:`evaluate` scores it against gold spans.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from . import _core
+from .dataset import DatasetWriter, open_source, require_columns
+from .errors import ConfigError, InputError
+from .progress import progress_bar
+from .surrogate import SPANS
+from .tokenize import normalize_word, tokenize
+
+__all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
+
+RECOGNIZERS = ("rules", "lists")
+"""Recognizers available without optional packages."""
+
+
+def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A word list: one entry per line, ``word`` or ``word<TAB>LABEL``; ``#`` starts a comment.
+    Words are normalised like terms (NFKC, lower-case). Returns word -> label (``NAME`` when
+    not given)."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the word list: {e}", path=path) from None
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        word, _, label = line.partition("\t")
+        out[normalize_word(word.strip())] = label.strip() or "NAME"
+    return out
+
+
+def _rule_rows(texts: pa.Array) -> pl.DataFrame:
+    found = pl.from_arrow(_core.detect_rules(texts))
+    assert isinstance(found, pl.DataFrame)
+    return found.select(
+        pl.col("text").cast(pl.Int64).alias("row"),
+        "start",
+        "end",
+        "label",
+        pl.concat_str(pl.lit("rules:"), pl.col("rule")).alias("source"),
+        "score",
+    )
+
+
+def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
+    words = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
+    assert isinstance(words, pl.DataFrame)
+    flat = (
+        words.with_row_index("row")
+        .explode(["s", "e", "w"])
+        .drop_nulls("w")
+        .filter(pl.col("w").is_in(list(deny)))
+    )
+    return flat.select(
+        pl.col("row").cast(pl.Int64),
+        pl.col("s").cast(pl.Int32).alias("start"),
+        pl.col("e").cast(pl.Int32).alias("end"),
+        pl.col("w").replace_strict(deny, return_dtype=pl.String).alias("label"),
+        pl.lit("lists:deny").alias("source"),
+        pl.lit(1.0, pl.Float32).alias("score"),
+    )
+
+
+def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
+    """Merge overlapping spans of each row (``row``, ``start``, ``end``, ``label``, ``source``,
+    ``score``): the union range, the label of the best-scored span, every source (``+``-joined,
+    sorted) and the best score."""
+    if rows.height == 0:
+        return rows
+    rows = rows.sort(["row", "start", "end"])
+    # A new group starts where a span begins at or after the end of all earlier ones.
+    reach = pl.col("end").cum_max().shift(1).over("row")
+    rows = rows.with_columns(
+        group=((reach.is_null()) | (pl.col("start") >= reach)).cum_sum().cast(pl.Int64)
+    )
+    return (
+        rows.sort(["group", "score"], descending=[False, True])
+        .group_by("group", maintain_order=True)
+        .agg(
+            pl.col("row").first(),
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.col("label").first(),
+            pl.col("source").unique().sort().str.join("+"),
+            pl.col("score").max(),
+        )
+        .drop("group")
+    )
+
+
+def _detect_batch(
+    texts: pa.Array,
+    recognizers: Iterable[str],
+    deny: dict[str, str],
+    allow: set[str],
+    min_score: float,
+) -> pl.DataFrame:
+    parts = []
+    for name in recognizers:
+        if name == "rules":
+            parts.append(_rule_rows(texts))
+        elif name == "lists":
+            if deny:
+                parts.append(_list_rows(texts, deny))
+        else:
+            raise ConfigError(f"unknown recognizer {name!r}; expected one of {RECOGNIZERS}")
+    schema = {
+        "row": pl.Int64,
+        "start": pl.Int32,
+        "end": pl.Int32,
+        "label": pl.String,
+        "source": pl.String,
+        "score": pl.Float32,
+    }
+    rows = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
+    rows = rows.filter(pl.col("score") >= min_score)
+    if allow and rows.height:
+        # Drop spans whose (normalised) text the allow list holds.
+        starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
+        py_texts = texts.to_pylist()
+        keep = np.asarray(
+            [
+                normalize_word(py_texts[r][s:e]) not in allow
+                for r, s, e in zip(idx.tolist(), starts.tolist(), ends.tolist(), strict=True)
+            ],
+            dtype=bool,
+        )
+        rows = rows.filter(pl.Series(keep))
+    return merge_spans(rows)
+
+
+def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
+    merged = merged.sort(["row", "start"])
+    structs = pa.StructArray.from_arrays(
+        [
+            merged.get_column("start").to_arrow().cast(pa.int32()),
+            merged.get_column("end").to_arrow().cast(pa.int32()),
+            merged.get_column("label").to_arrow().cast(pa.string()),
+            merged.get_column("source").to_arrow().cast(pa.string()),
+            merged.get_column("score").to_arrow().cast(pa.float32()),
+        ],
+        fields=list(SPANS.value_type),
+    )
+    rows = merged.get_column("row").to_numpy()
+    offsets = np.searchsorted(rows, np.arange(n + 1), side="left").astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=SPANS)
+
+
+def detect(
+    documents: Any,
+    recognizers: Iterable[str] = ("rules", "lists"),
+    *,
+    deny: dict[str, str] | None = None,
+    allow: Iterable[str] | None = None,
+    min_score: float = 0.0,
+    progress: bool = False,
+) -> pa.Table:
+    """Direct-identifier spans of every document.
+
+    Parameters
+    ----------
+    documents
+        Anything :func:`phisieve.dataset.open_source` reads, with ``doc_id`` and ``text``.
+    recognizers
+        Names from :data:`RECOGNIZERS`.
+    deny
+        Word -> label, always direct (:func:`read_word_list`); used by ``lists``.
+    allow
+        Words never direct (eponyms, clinical terms a rule mistakes for names).
+    min_score
+        Drop detections scored below this before merging.
+
+    Returns
+    -------
+    pyarrow.Table
+        The ``spans`` table: ``doc_id`` and ``spans`` (code-point ``start``/``end``,
+        ``label``, ``source`` = the recognizers that found it, ``score``).
+    """
+    recognizers = list(recognizers)
+    deny = deny or {}
+    allow_set = {normalize_word(w) for w in allow or ()}
+    src = open_source(documents, 4096)
+    require_columns(src.schema, ["doc_id", "text"], src.name)
+    out = []
+    with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
+        for b in src.batches(["doc_id", "text"]):
+            texts = b.column("text")
+            merged = _detect_batch(texts, recognizers, deny, allow_set, min_score)
+            out.append(
+                pa.table(
+                    {
+                        "doc_id": b.column("doc_id").cast(pa.string()),
+                        "spans": _spans_column(b.num_rows, merged),
+                    }
+                )
+            )
+            adv(b.num_rows)
+    if not out:
+        return pa.table({"doc_id": pa.array([], pa.string()), "spans": pa.array([], SPANS)})
+    return pa.concat_tables(out)
+
+
+def write_spans(spans: pa.Table, out: str | os.PathLike[str], **stats: Any) -> dict[str, Any]:
+    """Write a ``spans`` table as a dataset (with its manifest)."""
+    writer = DatasetWriter(Path(out), spans.schema)
+    writer.write(spans)
+    return writer.close(**stats)
+
+
+def evaluate(
+    documents: pa.Table, detected: pa.Table, gold: pa.Table, seconds: float | None = None
+) -> dict[str, Any]:
+    """Score detected spans against gold spans.
+
+    A gold span is *found* when any detected span overlaps it (span recall, overall and per
+    gold label). Character precision and recall count the code points inside detected and
+    gold spans. No text is returned.
+    """
+    texts = dict(
+        zip(
+            documents.column("doc_id").to_pylist(),
+            documents.column("text").to_pylist(),
+            strict=True,
+        )
+    )
+    det = dict(
+        zip(
+            detected.column("doc_id").to_pylist(), detected.column("spans").to_pylist(), strict=True
+        )
+    )
+    total: Counter[str] = Counter()
+    found: Counter[str] = Counter()
+    tp = det_chars = gold_chars = 0
+    gold_docs = dict(
+        zip(gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=True)
+    )
+    for doc, text in texts.items():
+        d = det.get(doc) or []
+        g = gold_docs.get(doc) or []
+        n = len(text or "")
+        dmask = np.zeros(n, dtype=bool)
+        gmask = np.zeros(n, dtype=bool)
+        for s in d:
+            dmask[s["start"] : s["end"]] = True
+        for s in g:
+            gmask[s["start"] : s["end"]] = True
+            total[s["label"]] += 1
+            if dmask[s["start"] : s["end"]].any():
+                found[s["label"]] += 1
+        tp += int((dmask & gmask).sum())
+        det_chars += int(dmask.sum())
+        gold_chars += int(gmask.sum())
+    all_gold = sum(total.values())
+    result: dict[str, Any] = {
+        "documents": len(texts),
+        "gold_spans": all_gold,
+        "span_recall": sum(found.values()) / all_gold if all_gold else 1.0,
+        "char_precision": tp / det_chars if det_chars else 1.0,
+        "char_recall": tp / gold_chars if gold_chars else 1.0,
+        "by_label": {
+            k: {"gold": total[k], "found": found[k], "recall": found[k] / total[k]}
+            for k in sorted(total)
+        },
+    }
+    if seconds:
+        result["notes_per_s"] = len(texts) / seconds
+    return result
+
+
+def evaluate_corpus(
+    corpus: str | os.PathLike[str],
+    recognizers: Iterable[str] = ("rules", "lists"),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
+    from .gold import read_physionet_gold
+    from .readers import read_documents
+
+    corpus = Path(corpus)
+    batches = [b for b, _ in read_documents(corpus / "id.text", "physionet")]
+    documents = pa.Table.from_batches(batches)
+    gold = read_physionet_gold(corpus / "id-phi.phrase")
+    t = time.perf_counter()
+    detected = detect(documents, recognizers, **kwargs)
+    seconds = time.perf_counter() - t
+    return evaluate(documents, detected, gold, seconds)

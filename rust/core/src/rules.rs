@@ -1,0 +1,436 @@
+//! Rule recognizers for direct identifiers (DESIGN.md §3): dates in clinical forms (times are
+//! not dates), phone and pager numbers, e-mail, URLs, IP addresses, SSNs, ZIP codes, ages over
+//! 89, record and other identifier numbers after their context words, and person names after
+//! a title (`Dr.`, `Mrs`), a relation (`wife`, `daughter`) or before a credential (`RN`).
+//!
+//! [`detect`] runs every rule over a text and returns the detections with byte and code-point
+//! offsets, sorted; overlapping detections are kept (the caller merges them).
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+/// One detection: `text[start..end]` in bytes, `char_start..char_end` in code points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detection {
+    pub start: usize,
+    pub end: usize,
+    pub char_start: usize,
+    pub char_end: usize,
+    /// `DATE`, `PHONE`, `EMAIL`, `URL`, `IP`, `SSN`, `ZIP`, `AGE`, `ID` or `NAME`.
+    pub label: &'static str,
+    /// The rule that found it (for the `source` of a span).
+    pub rule: &'static str,
+    pub score: f32,
+}
+
+type Check = fn(&str, usize, usize) -> bool;
+
+struct Rule {
+    name: &'static str,
+    label: &'static str,
+    score: f32,
+    re: Regex,
+    check: Check,
+}
+
+/// Words that end a name or are never one (function words, clinical words that follow a
+/// title or a relation word in notes: "Dr. aware", "wife called").
+const NOT_NAMES: &str = "a about above after again against all also am an and any are as at \
+    aware away back be been before being below between both but by call called calling came \
+    can cannot come comes coming could did do does doing done down during each else every few \
+    for from further had has have having he her here hers herself him himself his how i if in \
+    into is it its itself just know let me more most much must my myself no nor not now of off \
+    on once only or other our ours out over own paged per phone present re regarding said same \
+    saw see seen she should so some spoke still such than that the their theirs them then there \
+    these they this those through to today tonight too under until up updated us very visit \
+    visited visiting was we were what when where which while who whom why will with would yet \
+    you your notified informed made made aware team service office on-call covering fellow \
+    resident attending nurse rn md np note notes order orders ordered states stated reports \
+    reported says feels wants wanted asked request requested prn pt pts patient patients family \
+    home with via and/or plan plans ok okay unit icu ccu micu sicu csru floor bed room hospital \
+    rehab clinic by x y n s p h o e w who's pt's involved also both two three four several \
+    staff contacted contact number numbers will would please thanks thank left right";
+
+fn not_names() -> &'static hashbrown::HashSet<&'static str> {
+    static SET: OnceLock<hashbrown::HashSet<&'static str>> = OnceLock::new();
+    SET.get_or_init(|| NOT_NAMES.split_whitespace().collect())
+}
+
+fn always(_: &str, _: usize, _: usize) -> bool {
+    true
+}
+
+fn numbers(s: &str) -> Vec<u32> {
+    s.split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn month_day_ok(m: u32, d: u32) -> bool {
+    (1..=12).contains(&m) && (1..=31).contains(&d)
+}
+
+/// No digit, slash or period glued to either side (`1/2/3`, `3.5/10` are not dates).
+fn isolated(text: &str, s: usize, e: usize) -> bool {
+    let b = text.as_bytes();
+    let bad = |c: u8| c.is_ascii_digit() || c == b'/' || c == b'.';
+    let before = s == 0 || !bad(b[s - 1]);
+    let after = e >= b.len() || !(b[e].is_ascii_digit() || b[e] == b'/');
+    before && after
+}
+
+fn check_md(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    let fraction = n.len() == 2 && n[0] < n[1] && n[1] <= 4; // 1/2, 2/3, 3/4
+    n.len() == 2 && !fraction && month_day_ok(n[0], n[1]) && isolated(text, s, e)
+}
+
+fn check_mdy(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    n.len() == 3 && month_day_ok(n[0], n[1]) && isolated(text, s, e)
+}
+
+fn check_ymd(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    n.len() == 3 && month_day_ok(n[1], n[2])
+}
+
+fn check_day(text: &str, s: usize, e: usize) -> bool {
+    numbers(&text[s..e])
+        .first()
+        .is_some_and(|&d| (1..=31).contains(&d))
+}
+
+/// A year: not a military time on the hour (`in 1900` is 7 pm more often than 1900), not a
+/// quantity (`in 20 min`, `in 60's`, `in 72.5`).
+fn check_year(text: &str, s: usize, e: usize) -> bool {
+    let digits: String = text[s..e].chars().filter(char::is_ascii_digit).collect();
+    if digits.len() == 4 && digits.ends_with("00") {
+        return false;
+    }
+    let rest = text[e..].trim_start_matches('\'');
+    let next = rest.trim_start().to_lowercase();
+    let glued = rest.chars().next().is_some_and(|c| c.is_alphanumeric() || ".%/".contains(c));
+    const UNITS: [&str; 16] = [
+        "min", "mg", "mcg", "cc", "ml", "hr", "hour", "sec", "unit", "meq", "mm", "%", "l ",
+        "liter", "breath", "day",
+    ];
+    !glued && !rest.starts_with('s') && !UNITS.iter().any(|u| next.starts_with(u))
+}
+
+fn check_ip(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    n.len() == 4 && n.iter().all(|&x| x <= 255) && isolated(text, s, e)
+}
+
+fn check_name(text: &str, s: usize, e: usize) -> bool {
+    let w = text[s..e].trim_end_matches('.').to_lowercase();
+    !not_names().contains(w.as_str()) && w.chars().any(char::is_alphabetic)
+}
+
+fn rule(name: &'static str, label: &'static str, score: f32, re: &str, check: Check) -> Rule {
+    Rule {
+        name,
+        label,
+        score,
+        re: Regex::new(re).unwrap_or_else(|e| panic!("rule {name}: {e}")),
+        check,
+    }
+}
+
+const MONTHS: &str = "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?|\
+    sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?";
+const RELATIONS: &str = "wife|husband|son|sons|daughter|daughters|dtr|sister|sisters|brother|\
+    brothers|mother|father|mom|dad|niece|nephew|aunt|uncle|grandson|granddaughter|grandaughter|\
+    grand daughter|grandchild|friend|proxy|hcp|neighbor|neighbour|cousin|fiance|fiancee|partner|\
+    spouse|sibling|stepson|stepdaughter|son-in-law|daughter-in-law|caregiver|guardian";
+const NAME: &str = r"[\p{L}][\p{L}'\-]*";
+
+fn rules() -> &'static [Rule] {
+    static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
+    RULES.get_or_init(|| {
+        // A title takes a period or spaces before the name ("MS:" is mental status); a
+        // relation word may take punctuation ("daughter, Emily"). At most two words follow.
+        let word_after = |triggers: &str, gap: &str| {
+            format!(
+                r"(?i)\b(?:{triggers})\b(?:{gap})(?:is\s+|named\s+)?(?P<phi>{NAME})(?:[\s.]+(?P<phi2>{NAME}))?"
+            )
+        };
+        vec![
+            // Dates. Times (10:30, 1030, 7a-7p) have no slash and no month: never matched.
+            rule("date_mdy", "DATE", 0.95, r"\b\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})\b", check_mdy),
+            rule("date_ymd", "DATE", 0.95, r"\b(?:1[89]|2[01])\d{2}-\d{1,2}-\d{1,2}\b", check_ymd),
+            rule("date_md", "DATE", 0.7, r"\b\d{1,2}/\d{1,2}\b", check_md),
+            rule("date_my", "DATE", 0.8, r"\b\d{1,2}/(?:19|20)\d{2}\b", always),
+            rule(
+                "date_month",
+                "DATE",
+                0.8,
+                &format!(
+                    r"(?i)\b(?:{MONTHS})\b\.?(?:\s*\d{{1,2}}(?:st|nd|rd|th)?\b)?(?:,?\s*(?:(?:19|20)\d{{2}}|'\d{{2}})\b)?"
+                ),
+                |t, s, e| {
+                    let w = t[s..e].to_lowercase();
+                    // "dec" is mostly "decrease", "mar" "MAR" (medication record), "may" a verb:
+                    // alone they are not dates.
+                    let bare = !w.contains(|c: char| c.is_ascii_digit());
+                    !(bare && ["dec", "dec.", "mar", "mar.", "jan"].contains(&w.as_str()))
+                },
+            ),
+            rule(
+                "date_may",
+                "DATE",
+                0.8,
+                r"(?i)\bmay\.?\s*\d{1,2}(?:st|nd|rd|th)?\b(?:,?\s*(?:(?:19|20)\d{2}))?",
+                always,
+            ),
+            rule(
+                "date_ordinal",
+                "DATE",
+                0.6,
+                r"(?i)\b(?:on|the|since|until|by|from)\s+(?:the\s+)?(?P<phi>\d{1,2}(?:st|nd|rd|th))\b",
+                check_day,
+            ),
+            rule(
+                "date_year",
+                "DATE",
+                0.7,
+                r"(?i)(?:\b(?:in|since|year|yr)\s+|\B')(?P<phi>(?:19|20)?\d{2})\b|\b(?P<phi2>\d{2})'(?:[^s\w]|$)",
+                check_year,
+            ),
+            rule("date_decade", "DATE", 0.7, r"(?i)\b(?:19|20)\d0'?s\b", always),
+            // Contact numbers.
+            rule(
+                "phone",
+                "PHONE",
+                0.9,
+                r"(?:\(\d{3}\)\s*|\b\d{3}[\s.\-]?)\d{3}[\s.\-]?\d{4}\b|\(\d{6}-\d{4}\)",
+                always,
+            ),
+            rule(
+                "pager",
+                "PHONE",
+                0.8,
+                r"(?i)\b(?:pager|beeper|page|pgr|bpr|beep|phone|tel|cell|ext|x)\b\.?\s*(?:#|no\.?|number)?\s*:?\s*(?P<phi>\d{4,6})\b",
+                always,
+            ),
+            rule("email", "EMAIL", 0.99, r"\b[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+\b", always),
+            rule("url", "URL", 0.95, r"(?i)\b(?:https?://|www\.)[^\s<>()]+", always),
+            rule("ip", "IP", 0.9, r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", check_ip),
+            rule("ssn", "SSN", 0.95, r"\b\d{3}-\d{2}-\d{4}\b", always),
+            rule("zip", "ZIP", 0.8, r"\b[A-Z]{2},?\s+(?P<phi>\d{5}(?:-\d{4})?)\b", always),
+            // Ages over 89.
+            rule(
+                "age",
+                "AGE",
+                0.9,
+                r"(?i)\b(?P<phi>9\d|1[0-2]\d)\s*-?\s*(?:yo\b|y/o|y\.o\.?|yrs?\.?\s*old|years?[\s\-]*old|yr[\s\-]old)",
+                always,
+            ),
+            rule(
+                "age_word",
+                "AGE",
+                0.85,
+                r"(?i)\b(?:age|aged)\s*:?\s*(?P<phi>9\d|1[0-2]\d)\b",
+                always,
+            ),
+            // Identifier numbers after their context words.
+            rule(
+                "id",
+                "ID",
+                0.85,
+                r"(?i)(?:\b(?:mrn|mr|medical\s+record|record|unit|acct|account|ref|reference|policy|id|case|accession|serial|job|clip)\b\s*(?:no\.?|number|num|#)?|#)\s*[:#]?\s*(?P<phi>[a-z]{0,3}\d[\w\-]+)\b",
+                |_, s, e| e - s >= 4,
+            ),
+            // Names after a title, a relation word, or before a credential.
+            rule(
+                "name_title",
+                "NAME",
+                0.85,
+                &word_after(r"dr|doctor|mr|mrs|ms|miss|mister|np|attending", r"\.?[ \t]+|\."),
+                check_name,
+            ),
+            rule(
+                "name_relation",
+                "NAME",
+                0.75,
+                &word_after(RELATIONS, r"[\s,:;'()\-]*"),
+                check_name,
+            ),
+            rule(
+                "name_credential",
+                "NAME",
+                0.8,
+                &format!(
+                    r"(?i)(?:^|\n|[.;:]\s+|\s\s)(?P<phi>{NAME})(?:\s+(?P<phi2>{NAME}))?(?:\.?\s*(?P<phi3>{NAME}))?,?\s+(?:rn|rrt|lpn|bsn|sn|np|msw|lcsw|pct)\b"
+                ),
+                check_name,
+            ),
+        ]
+    })
+}
+
+/// Every rule's detections in `text`, sorted by (start, end), with code-point offsets.
+pub fn detect(text: &str) -> Vec<Detection> {
+    let mut out = Vec::new();
+    for r in rules() {
+        for caps in r.re.captures_iter(text) {
+            let groups = ["phi", "phi2", "phi3"];
+            let mut any = false;
+            for g in groups {
+                if let Some(m) = caps.name(g) {
+                    any = true;
+                    if (r.check)(text, m.start(), m.end()) {
+                        out.push((m.start(), m.end(), r));
+                    } else if r.label == "NAME" {
+                        break; // a word that is not a name ends the name
+                    }
+                }
+            }
+            if !any {
+                let m = caps.get(0).expect("group 0 always matches");
+                if (r.check)(text, m.start(), m.end()) {
+                    out.push((m.start(), m.end(), r));
+                }
+            }
+        }
+    }
+    out.sort_by_key(|&(s, e, r)| (s, e, r.name));
+    // Byte -> code-point offsets in one pass over the sorted boundaries.
+    let mut marks: Vec<usize> = out.iter().flat_map(|&(s, e, _)| [s, e]).collect();
+    marks.sort_unstable();
+    marks.dedup();
+    let mut to_char = hashbrown::HashMap::with_capacity(marks.len());
+    let (mut byte, mut chars) = (0usize, 0usize);
+    for m in marks {
+        chars += text[byte..m].chars().count();
+        byte = m;
+        to_char.insert(m, chars);
+    }
+    out.into_iter()
+        .map(|(s, e, r)| Detection {
+            start: s,
+            end: e,
+            char_start: to_char[&s],
+            char_end: to_char[&e],
+            label: r.label,
+            rule: r.name,
+            score: r.score,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(text: &str) -> Vec<(String, &'static str)> {
+        detect(text)
+            .into_iter()
+            .map(|d| (text[d.start..d.end].to_string(), d.label))
+            .collect()
+    }
+
+    fn has(text: &str, what: &str, label: &str) -> bool {
+        found(text).iter().any(|(w, l)| w == what && *l == label)
+    }
+
+    #[test]
+    fn dates_in_clinical_forms() {
+        for (t, d) in [
+            ("seen 7/22 for", "7/22"),
+            ("on 7/22/97 and", "7/22/97"),
+            ("dated 2019-03-04.", "2019-03-04"),
+            ("since nov. 2016 she", "nov. 2016"),
+            ("cabg '92 redo", "92"),
+            ("MI in 1994, then", "1994"),
+            ("back on the 14th", "14th"),
+            ("Seen in July by", "July"),
+            ("4-12-95 was", "4-12-95"),
+        ] {
+            assert!(has(t, d, "DATE"), "{t}: {:?}", found(t));
+        }
+    }
+
+    #[test]
+    fn times_ratios_and_doses_are_not_dates() {
+        for t in [
+            "at 10:30 today",
+            "from 1900 - 0700",
+            "7a-7p shift",
+            "BP 120/80",
+            "pain 3.5/10",
+            "dec BS",
+            "MAR reviewed",
+            "may need",
+            "1/2/3/4",
+        ] {
+            assert!(
+                found(t).iter().all(|(_, l)| *l != "DATE"),
+                "{t}: {:?}",
+                found(t)
+            );
+        }
+    }
+
+    #[test]
+    fn contact_numbers_and_ids() {
+        assert!(has("call 410-322-1419 now", "410-322-1419", "PHONE"));
+        assert!(has("call (617) 555-1234", "(617) 555-1234", "PHONE"));
+        assert!(has("Pager 83554.", "83554", "PHONE"));
+        assert!(has(
+            "mail jo.doe@example.org.",
+            "jo.doe@example.org",
+            "EMAIL"
+        ));
+        assert!(has("see www.example.com/x now", "www.example.com/x", "URL"));
+        assert!(has("ip 10.0.12.255 x", "10.0.12.255", "IP"));
+        assert!(!has("ip 10.0.12.256 x", "10.0.12.256", "IP"));
+        assert!(has("ssn 123-45-6789", "123-45-6789", "SSN"));
+        assert!(has("Boston, MA 02115", "02115", "ZIP"));
+        assert!(has("MRN: 12345678", "12345678", "ID"));
+        assert!(has("policy #rg17,at", "rg17", "ID"));
+        assert!(has("(ref # 8336652)", "8336652", "ID"));
+        assert!(!has("gave 40 mg", "40", "ID"));
+    }
+
+    #[test]
+    fn ages_over_89_only() {
+        assert!(has("a 98 yo woman", "98", "AGE"));
+        assert!(has("is 91 years old", "91", "AGE"));
+        assert!(has("Age: 102.", "102", "AGE"));
+        assert!(!has("a 58 yo woman", "58", "AGE"));
+    }
+
+    #[test]
+    fn names_after_titles_relations_and_before_credentials() {
+        assert!(has("Dr. Mesite aware", "Mesite", "NAME"));
+        assert!(!has("Dr. Mesite aware", "aware", "NAME"));
+        assert!(has("per dr mary anderson.", "anderson", "NAME"));
+        assert!(has("pt's son bill called", "bill", "NAME"));
+        assert!(!has("pt's son bill called", "called", "NAME"));
+        assert!(has("\nIlene Macdonald RN\n", "Ilene", "NAME"));
+        assert!(has("\nIlene Macdonald RN\n", "Macdonald", "NAME"));
+        assert!(!has("wife called and", "called", "NAME"));
+    }
+
+    #[test]
+    fn offsets_are_code_points() {
+        let t = "é😀 seen 7/22 by Dr. Zoë";
+        let chars: Vec<char> = t.chars().collect();
+        for d in detect(t) {
+            let got: String = chars[d.char_start..d.char_end].iter().collect();
+            assert_eq!(got, &t[d.start..d.end]);
+        }
+        assert!(has(t, "Zoë", "NAME"));
+    }
+
+    #[test]
+    fn empty_and_large_texts() {
+        assert!(detect("").is_empty());
+        let big = "Pt seen 7/22 by Dr. Smith at 10:30. ".repeat(100_000);
+        assert_eq!(detect(&big).len(), 200_000);
+    }
+}
