@@ -75,7 +75,9 @@ def test_deny_and_allow_lists(tmp_path):
     deny_file.write_text("# site lists\nCalvert\tLOCATION\nKavaliunas\n", encoding="utf-8")
     deny = read_word_list(deny_file)
     assert deny == {"calvert": "LOCATION", "kavaliunas": "NAME"}
-    (got,) = found(["From CALVERT, seen by Dr. Kavaliunas and Dr. Lewy."], deny=deny, allow=["lewy"])
+    (got,) = found(
+        ["From CALVERT, seen by Dr. Kavaliunas and Dr. Lewy."], deny=deny, allow=["lewy"]
+    )
     assert ("CALVERT", "LOCATION", "lists:deny") in got
     assert ("Kavaliunas", "NAME", "lists:deny+rules:name_title") in got
     assert not any(w == "Lewy" for w, _, _ in got)

@@ -112,7 +112,10 @@ fn check_year(text: &str, s: usize, e: usize) -> bool {
     }
     let rest = text[e..].trim_start_matches('\'');
     let next = rest.trim_start().to_lowercase();
-    let glued = rest.chars().next().is_some_and(|c| c.is_alphanumeric() || ".%/".contains(c));
+    let glued = rest
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_alphanumeric() || ".%/".contains(c));
     const UNITS: [&str; 16] = [
         "min", "mg", "mcg", "cc", "ml", "hr", "hour", "sec", "unit", "meq", "mm", "%", "l ",
         "liter", "breath", "day",
