@@ -133,6 +133,22 @@ fn check_name(text: &str, s: usize, e: usize) -> bool {
     !not_names().contains(w.as_str()) && w.chars().any(char::is_alphabetic)
 }
 
+/// A place word: not a function or clinical word, not a care-level word ("the ICU hospital").
+fn check_place(text: &str, s: usize, e: usize) -> bool {
+    let w = text[s..e].trim_end_matches('.').to_lowercase();
+    // Care words and verbs that come before "rehab", "hospital"... ("go to rehab", "cardiac
+    // rehab", "screened for rehab").
+    const NOT_PLACES: &str = "general local outside community state area her his their an \
+        cardiac pulmonary acute go going went admitted admit transfer transferred screened \
+        screening rescreened re-screened evening morning tolerating discharged discharge dc \
+        awaiting await begin continue cont con't shelter husband wife past evaluate eval \
+        evaluated leave possible poss start early completed prev previous nursing scheduled \
+        house require requires required the a c t for inpatient outpatient rehab hospital \
+        anxiously frequently occlusion beigng geri psych psychiatric vna";
+    let is_prefix = ["st", "saint", "mt", "mount"].contains(&w.as_str());
+    is_prefix || (!NOT_PLACES.split_whitespace().any(|n| n == w) && check_name(text, s, e))
+}
+
 fn rule(name: &'static str, label: &'static str, score: f32, re: &str, check: Check) -> Rule {
     Rule {
         name,
@@ -246,6 +262,25 @@ fn rules() -> &'static [Rule] {
                 0.85,
                 r"(?i)(?:\b(?:mrn|mr|medical\s+record|record|unit|acct|account|ref|reference|policy|id|case|accession|serial|job|clip)\b\s*(?:no\.?|number|num|#)?|#)\s*[:#]?\s*(?P<phi>[a-z]{0,3}\d[\w\-]+)\b",
                 |_, s, e| e - s >= 4,
+            ),
+            // Places: the words before a facility word, and after "lives in" and the like.
+            rule(
+                "location_facility",
+                "LOCATION",
+                0.75,
+                &format!(
+                    r"(?i)\b(?:(?P<phi>st\.?|saint|mt\.?|mount)\s+)?(?P<phi2>{NAME})\s+(?:(?P<phi3>{NAME})\s+)?(?:hospital|hosp|medical\s+center|med\s+ctr|rehab|rehabilitation|nursing\s+home|clinic|manor|healthcare|health\s+center|house)\b"
+                ),
+                check_place,
+            ),
+            rule(
+                "location_lives",
+                "LOCATION",
+                0.7,
+                &format!(
+                    r"(?i)\b(?:lives|living|resides|residing|moved|home|vacation|vacationing|visiting|from\s+home)\s+(?:in|at|to|near)\s+(?P<phi>{NAME})(?:[\s,]+(?P<phi2>{NAME}))?"
+                ),
+                check_place,
             ),
             // Names after a title, a relation word, or before a credential.
             rule(
@@ -417,6 +452,14 @@ mod tests {
         assert!(has("\nIlene Macdonald RN\n", "Ilene", "NAME"));
         assert!(has("\nIlene Macdonald RN\n", "Macdonald", "NAME"));
         assert!(!has("wife called and", "called", "NAME"));
+    }
+
+    #[test]
+    fn places_before_facility_words_and_after_lives_in() {
+        assert!(has("went to St. Mary Hospital.", "Mary", "LOCATION"));
+        assert!(has("FROM CALVERT HOSPITAL FOR", "CALVERT", "LOCATION"));
+        assert!(has("pt lives in Rockville with", "Rockville", "LOCATION"));
+        assert!(found("plan to go to rehab, cardiac rehab").is_empty());
     }
 
     #[test]
