@@ -139,3 +139,26 @@ def test_cli_detect_and_eval(physionet_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["detect", str(tmp_path / "docs")])  # no --out
     assert e.value.code == 2
+
+
+def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
+    from phisieve.detect import write_spans
+    from phisieve.term_index import index
+
+    documents = pa.table(
+        {
+            "doc_id": ["a", "b", "c"],
+            "patient_id": ["p1", "p1", "p2"],
+            "text": ["Seen by Dr. Smith today", "Smith called", "Dr. Jones and smith's dog"],
+        }
+    )
+    spans = detect(documents)
+    write_spans(spans, tmp_path / "spans")
+    terms = index(documents, k=2, ngram=2, spans=tmp_path / "spans")
+    direct = {
+        t for t, d in zip(terms["term"].to_pylist(), terms["direct"].to_pylist(), strict=True) if d
+    }
+    assert direct == {"smith", "jones"}  # unigrams only; "dr smith" stays unmarked
+    plain = index(documents, k=2, ngram=2)
+    assert not any(plain["direct"].to_pylist())
+    assert terms.drop_columns(["direct"]).equals(plain.drop_columns(["direct"]))

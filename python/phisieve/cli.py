@@ -107,6 +107,9 @@ def index(
     policy_stats: Annotated[
         bool, typer.Option(help="Measure the share of words each n-gram policy protects.")
     ] = True,
+    spans: Annotated[
+        Path | None, typer.Option(help="Direct-identifier spans: their words become direct.")
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Build the patient x term index: terms, blacklist.txt and stats.json in OUT."""
@@ -124,8 +127,11 @@ def index(
         threads=threads,
         policy_stats=policy_stats,
         progress=not quiet,
+        spans=spans,
     )
     print_index_summary(stats)
+    if spans is not None:
+        out_console.print(f"{stats['direct_terms']:,} words of direct spans marked direct")
     out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from . import _core
 from .dataset import MANIFEST, DatasetWriter, open_source, require_columns
 from .errors import ConfigError, InputError, MissingDependencyError
 from .progress import progress_bar
-from .term_index import _string, read_terms
+from .term_index import _string, direct_words_by_patient, read_terms
 
 ENCODED = pa.schema(
     [
@@ -236,48 +235,6 @@ class _Packer:
 
 def _flat(list_array: pa.Array) -> np.ndarray:
     return list_array.flatten().to_numpy(zero_copy_only=False)
-
-
-def _direct_words_by_patient(
-    src: Any, spans: Path, doc_col: str, patient_col: str, text_col: str, normalize: str
-) -> dict[str, set[str]]:
-    """For each patient, the normalised words inside the patient's direct spans."""
-    import pyarrow.parquet as pq
-
-    from .dataset import parquet_files
-
-    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(spans)])
-    require_columns(table.schema, ["doc_id", "spans"], str(spans))
-    by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for doc, sp in zip(
-        table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
-    ):
-        for s in sp or []:
-            by_doc[str(doc)].append((int(s["start"]), int(s["end"])))
-    found: dict[str, set[str]] = defaultdict(set)
-    if not by_doc:
-        return found
-    wanted = pa.array(list(by_doc), pa.string())
-    for batch in src.batches([doc_col, patient_col, text_col]):
-        docs = _string(batch.column(0))
-        keep = pc.is_in(docs, value_set=wanted)
-        if not pc.any(keep).as_py():
-            continue
-        b = batch.filter(keep)
-        toks = _core.tokenize(b.column(2), normalize=normalize)
-        for doc, patient, starts, ends, words in zip(
-            _string(b.column(0)).to_pylist(),
-            _string(b.column(1)).to_pylist(),
-            toks.column("starts").to_pylist(),
-            toks.column("ends").to_pylist(),
-            toks.column("words").to_pylist(),
-            strict=True,
-        ):
-            st, en = np.asarray(starts), np.asarray(ends)
-            for s, e in by_doc[doc]:
-                hit = (st < e) & (en > s)
-                found[patient].update(w for w, h in zip(words, hit, strict=True) if h)
-    return found
 
 
 def _token_words(
@@ -527,7 +484,7 @@ def encode(
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     term_table = read_terms(terms) if isinstance(terms, (str, Path)) else terms
     direct_words = (
-        _direct_words_by_patient(src, Path(spans), doc_col, patient_col, text_col, normalize)
+        direct_words_by_patient(src, Path(spans), doc_col, patient_col, text_col, normalize)
         if spans is not None
         else None
     )

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import tempfile
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,8 @@ def index(
     batch_size: int = 16_384,
     progress: bool = False,
     report: IndexReport | None = None,
+    spans: str | Path | None = None,
+    doc_col: str = "doc_id",
 ) -> pa.Table:
     """Build the patient x term index of a corpus.
 
@@ -191,6 +194,11 @@ def index(
         Show a progress bar.
     report
         Filled with totals (documents, tokens, patients, passes) when given.
+    spans, doc_col
+        A ``spans`` dataset of direct identifiers (``doc_id``, ``spans``: from
+        ``phisieve detect`` or ``phisieve surrogate``) and the documents' id column: every
+        single-word term
+        that is a word found inside a direct span is marked ``direct``.
 
     Returns
     -------
@@ -254,10 +262,30 @@ def index(
             report.patients = totals["patients"]
             report.patient_ids = builder.patient_ids()
             report.partitions += 1
-    if len(parts) == 1:
-        return parts[0]
-    table = pa.concat_tables(parts)
-    return table.sort_by([("n", "ascending"), ("term", "ascending")])
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    if len(parts) > 1:
+        table = table.sort_by([("n", "ascending"), ("term", "ascending")])
+    if spans is not None:
+        src = open_source(source, batch_size=batch_size)
+        require_columns(src.schema, [doc_col], src.name)
+        by_patient = direct_words_by_patient(
+            src, Path(spans), doc_col, patient_col, text_col, normalize
+        )
+        table = mark_direct(table, set().union(*by_patient.values()))
+    return table
+
+
+def mark_direct(terms: pa.Table, words: set[str]) -> pa.Table:
+    """``terms`` with ``direct`` set on the single-word terms in ``words`` (normalised words
+    found inside direct spans). n-grams are left alone: a date's "7" would otherwise mark
+    every n-gram with a 7."""
+    if not words:
+        return terms
+    df = pl.from_arrow(terms)
+    assert isinstance(df, pl.DataFrame)
+    hit = (pl.col("n") == 1) & pl.col("term").is_in(list(words))
+    df = df.with_columns(direct=pl.col("direct") | hit)
+    return df.to_arrow().cast(terms.schema)
 
 
 def merge_terms(
@@ -428,6 +456,7 @@ def write_index(
     batch_size: int = 16_384,
     policy_stats: bool = True,
     progress: bool = False,
+    spans: str | Path | None = None,
 ) -> dict[str, Any]:
     """Index ``source`` and write ``out/``: the ``terms`` dataset, ``blacklist.txt`` (the
     indirect terms, one per line) and ``stats.json``. Returns the statistics."""
@@ -444,9 +473,11 @@ def write_index(
         batch_size=batch_size,
         progress=progress,
         report=report,
+        spans=spans,
     )
     stats = term_stats(terms, k=k, patient_ids=report.patient_ids, tokens=report.tokens)
     stats.update(
+        direct_terms=int(pc.sum(terms.column("direct")).as_py() or 0),
         documents=report.documents,
         ngram=ngram,
         normalize=normalize,
@@ -480,3 +511,42 @@ def read_terms(path: str | Path) -> pa.Table:
     if not path.exists():
         raise InputError("no such terms folder", path=path)
     return pa.concat_tables([pq.read_table(f) for f in parquet_files(path)])
+
+
+def direct_words_by_patient(
+    src: Any, spans: Path, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> dict[str, set[str]]:
+    """For each patient, the normalised words inside the patient's direct spans (a ``spans``
+    dataset: ``doc_id``, ``spans``), read from the documents of ``src``."""
+    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(spans)])
+    require_columns(table.schema, ["doc_id", "spans"], str(spans))
+    by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for doc, sp in zip(
+        table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
+    ):
+        for s in sp or []:
+            by_doc[str(doc)].append((int(s["start"]), int(s["end"])))
+    found: dict[str, set[str]] = defaultdict(set)
+    if not by_doc:
+        return found
+    wanted = pa.array(list(by_doc), pa.string())
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        docs = _string(batch.column(0))
+        keep = pc.is_in(docs, value_set=wanted)
+        if not pc.any(keep).as_py():
+            continue
+        b = batch.filter(keep)
+        toks = _core.tokenize(b.column(2), normalize=normalize)
+        for doc, patient, starts, ends, words in zip(
+            _string(b.column(0)).to_pylist(),
+            _string(b.column(1)).to_pylist(),
+            toks.column("starts").to_pylist(),
+            toks.column("ends").to_pylist(),
+            toks.column("words").to_pylist(),
+            strict=True,
+        ):
+            st, en = np.asarray(starts), np.asarray(ends)
+            for s, e in by_doc[doc]:
+                hit = (st < e) & (en > s)
+                found[patient].update(w for w, h in zip(words, hit, strict=True) if h)
+    return found
