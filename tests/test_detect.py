@@ -220,3 +220,26 @@ def test_presidio_anchor_on_physionet(physionet_dir):
     rules = evaluate(documents, detect(documents, ["rules"]), gold)
     assert presidio["char_precision"] < 0.1 < rules["char_precision"]
     assert rules["span_recall"] > presidio["span_recall"]
+
+
+def test_score_thresholds_per_recognizer():
+    text = "Seen 7/22 by Dr. Smith; CALVERT"
+    deny = {"calvert": "LOCATION"}
+    every = found([text], deny=deny)[0]
+    assert [w for w, _, _ in every] == ["7/22", "Smith", "CALVERT"]
+    # rules: date_md scores 0.7, name_title 0.85; lists score 1.
+    kept = found([text], deny=deny, min_score={"rules": 0.8})[0]
+    assert [w for w, _, _ in kept] == ["Smith", "CALVERT"]
+    kept = found([text], deny=deny, min_score={"*": 0.9})[0]
+    assert [w for w, _, _ in kept] == ["CALVERT"]
+    with pytest.raises(ConfigError, match="unknown recognizer 'spacy'"):
+        detect(docs([text]), min_score={"spacy": 0.5})
+
+
+def test_cli_min_score_forms():
+    from phisieve.cli import parse_thresholds
+
+    assert parse_thresholds("0.5") == 0.5
+    assert parse_thresholds("presidio=0.85,rules=0") == {"presidio": 0.85, "rules": 0.0}
+    with pytest.raises(ConfigError):
+        parse_thresholds("presidio=high")

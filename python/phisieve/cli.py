@@ -252,7 +252,9 @@ def detect(
         Path | None, typer.Option(help="Deny list: word[TAB LABEL] per line, always direct.")
     ] = None,
     allow: Annotated[Path | None, typer.Option(help="Allow list: words never direct.")] = None,
-    min_score: Annotated[float, typer.Option(help="Drop detections scored below this.")] = 0.0,
+    min_score: Annotated[
+        str, typer.Option(help="Drop detections scored below this: 0.5, or presidio=0.85,rules=0.")
+    ] = "0",
     presidio_model: Annotated[
         str | None, typer.Option(help="spaCy model of the presidio recognizer (installed).")
     ] = None,
@@ -268,7 +270,7 @@ def detect(
         [r.strip() for r in recognizers.split(",") if r.strip()],
         deny=read_word_list(deny) if deny else None,
         allow=read_word_list(allow) if allow else None,
-        min_score=min_score,
+        min_score=parse_thresholds(min_score),
         presidio_model=presidio_model,
         workers=workers,
         progress=not quiet,
@@ -276,6 +278,19 @@ def detect(
     n = sum(len(s) for s in spans.column("spans").to_pylist())
     write_spans(spans, out, recognizers=recognizers, spans_found=n)
     out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
+
+
+def parse_thresholds(text: str) -> float | dict[str, float]:
+    """``0.5`` or ``presidio=0.85,rules=0`` (``*=`` sets the others)."""
+    try:
+        if "=" not in text:
+            return float(text)
+        pairs = (item.split("=", 1) for item in text.split(",") if item.strip())
+        return {name.strip(): float(value) for name, value in pairs}
+    except ValueError:
+        raise ConfigError(
+            f"--min-score must be a number or name=number,..., not {text!r}"
+        ) from None
 
 
 @app.command("detect-eval")

@@ -137,7 +137,7 @@ def _detect_batch(
     recognizers: Iterable[str],
     deny: dict[str, str],
     allow: set[str],
-    min_score: float,
+    min_score: dict[str, float],
     presidio: Any = None,
 ) -> pl.DataFrame:
     parts = []
@@ -160,7 +160,11 @@ def _detect_batch(
         "score": pl.Float32,
     }
     rows = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
-    rows = rows.filter(pl.col("score") >= min_score)
+    recognizer = pl.col("source").str.split(":").list.first()
+    threshold = recognizer.replace_strict(
+        min_score, default=min_score.get("*", 0.0), return_dtype=pl.Float32
+    )
+    rows = rows.filter(pl.col("score") >= threshold)
     if allow and rows.height:
         # Drop spans whose (normalised) text the allow list holds.
         starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
@@ -199,7 +203,7 @@ def detect(
     *,
     deny: dict[str, str] | None = None,
     allow: Iterable[str] | None = None,
-    min_score: float = 0.0,
+    min_score: float | dict[str, float] = 0.0,
     presidio_model: str | None = None,
     workers: int = 1,
     progress: bool = False,
@@ -217,7 +221,8 @@ def detect(
     allow
         Words never direct (eponyms, clinical terms a rule mistakes for names).
     min_score
-        Drop detections scored below this before merging.
+        Drop detections scored below this before merging: one threshold, or one per
+        recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
     presidio_model, workers
         The spaCy model of the ``presidio`` recognizer (default
         :data:`phisieve.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
@@ -229,6 +234,9 @@ def detect(
         ``label``, ``source`` = the recognizers that found it, ``score``).
     """
     recognizers = list(recognizers)
+    thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
+    if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
+        raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
     if unknown := [r for r in recognizers if r not in RECOGNIZERS]:
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
     presidio = None
@@ -244,7 +252,7 @@ def detect(
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["doc_id", "text"]):
             texts = b.column("text")
-            merged = _detect_batch(texts, recognizers, deny, allow_set, min_score, presidio)
+            merged = _detect_batch(texts, recognizers, deny, allow_set, thresholds, presidio)
             out.append(
                 pa.table(
                     {
