@@ -243,3 +243,22 @@ def test_cli_min_score_forms():
     assert parse_thresholds("presidio=0.85,rules=0") == {"presidio": 0.85, "rules": 0.0}
     with pytest.raises(ConfigError):
         parse_thresholds("presidio=high")
+
+
+def test_no_note_text_in_logs_or_errors(caplog, capsys, tmp_path):
+    """Detection at DEBUG logging, and a bad input, leave no note text anywhere."""
+    import logging
+
+    secret_words = ["Zyxwvut", "Qwertyson"]
+    text = f"Pt {secret_words[0]} seen by Dr. {secret_words[1]} on 7/22, call 617-555-1234."
+    caplog.set_level(logging.DEBUG)
+    spans = detect(docs([text]), ["rules", "lists", "presidio"])
+    assert spans.column("spans").to_pylist()[0]
+    bad = pa.table({"doc_id": ["a"], "body": [text]})
+    with pytest.raises(Exception) as e:
+        detect(bad)
+    printed = capsys.readouterr()
+    for word in secret_words:
+        assert word not in caplog.text
+        assert word not in printed.out and word not in printed.err
+        assert word not in str(e.value)
