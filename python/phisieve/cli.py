@@ -263,13 +263,11 @@ def detect(
 ) -> None:
     """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
     from .detect import detect as run
-    from .detect import read_word_list, write_spans
+    from .detect import write_spans
 
     spans = run(
         docs,
-        [r.strip() for r in recognizers.split(",") if r.strip()],
-        deny=read_word_list(deny) if deny else None,
-        allow=read_word_list(allow) if allow else None,
+        **detect_options(recognizers, deny, allow),
         min_score=parse_thresholds(min_score),
         presidio_model=presidio_model,
         workers=workers,
@@ -278,6 +276,17 @@ def detect(
     n = sum(len(s) for s in spans.column("spans").to_pylist())
     write_spans(spans, out, recognizers=recognizers, spans_found=n)
     out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
+
+
+def detect_options(recognizers: str, deny: Path | None, allow: Path | None) -> dict[str, Any]:
+    """The recognizer names and word lists that `detect` and `detect-eval` both take."""
+    from .detect import read_word_list
+
+    return {
+        "recognizers": [r.strip() for r in recognizers.split(",") if r.strip()],
+        "deny": read_word_list(deny) if deny else None,
+        "allow": read_word_list(allow) if allow else None,
+    }
 
 
 def parse_thresholds(text: str) -> float | dict[str, float]:
@@ -301,14 +310,9 @@ def detect_eval(
     allow: Annotated[Path | None, typer.Option(help="Allow list (see `detect`).")] = None,
 ) -> None:
     """Span recall, character precision and recall per gold category, and notes/s."""
-    from .detect import evaluate_corpus, read_word_list
+    from .detect import evaluate_corpus
 
-    r = evaluate_corpus(
-        corpus,
-        [x.strip() for x in recognizers.split(",") if x.strip()],
-        deny=read_word_list(deny) if deny else None,
-        allow=read_word_list(allow) if allow else None,
-    )
+    r = evaluate_corpus(corpus, **detect_options(recognizers, deny, allow))
     table = Table(title=f"detection on {corpus}", header_style="bold")
     for col in ("category", "gold spans", "found", "span recall"):
         table.add_column(col, justify="left" if col == "category" else "right")

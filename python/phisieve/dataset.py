@@ -259,3 +259,10 @@ def require_columns(schema: pa.Schema, columns: Iterable[str], where: str) -> No
                 path=where,
                 column=col,
             )
+
+
+def read_spans(path: str | os.PathLike[str]) -> pa.Table:
+    """A ``spans`` dataset (``doc_id``, ``spans``) from a folder or Parquet file."""
+    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(Path(path))])
+    require_columns(table.schema, ["doc_id", "spans"], str(path))
+    return table.select(["doc_id", "spans"])

@@ -32,7 +32,7 @@ from . import _core
 from .dataset import DatasetWriter, open_source, require_columns
 from .errors import ConfigError, InputError
 from .progress import progress_bar
-from .surrogate import SPANS
+from .schema import SPANS, spans_array
 from .tokenize import normalize_word, tokenize
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
@@ -182,19 +182,9 @@ def _detect_batch(
 
 def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
     merged = merged.sort(["row", "start"])
-    structs = pa.StructArray.from_arrays(
-        [
-            merged.get_column("start").to_arrow().cast(pa.int32()),
-            merged.get_column("end").to_arrow().cast(pa.int32()),
-            merged.get_column("label").to_arrow().cast(pa.string()),
-            merged.get_column("source").to_arrow().cast(pa.string()),
-            merged.get_column("score").to_arrow().cast(pa.float32()),
-        ],
-        fields=list(SPANS.value_type),
-    )
-    rows = merged.get_column("row").to_numpy()
-    offsets = np.searchsorted(rows, np.arange(n + 1), side="left").astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=SPANS)
+    fields = ("start", "end", "label", "source", "score")
+    columns = (merged.get_column(c).to_arrow() for c in fields)
+    return spans_array(n, merged.get_column("row").to_numpy(), *columns)
 
 
 def detect(

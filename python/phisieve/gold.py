@@ -14,11 +14,10 @@ from typing import Any
 import pyarrow as pa
 
 from . import _core
-from .dataset import DatasetWriter, open_source, parquet_files, require_columns
+from .dataset import DatasetWriter, open_source, read_spans, require_columns
 from .errors import InputError
 from .readers import read_documents
-from .schema import DOCUMENTS
-from .surrogate import SPANS
+from .schema import DOCUMENTS, SPANS
 
 __all__ = [
     "CATEGORY_OF_KIND",
@@ -26,7 +25,6 @@ __all__ = [
     "placeholder_text",
     "placeholders",
     "read_physionet_gold",
-    "read_spans",
     "to_placeholders",
 ]
 
@@ -217,15 +215,6 @@ def read_physionet_gold(path: str | os.PathLike[str]) -> pa.Table:
     docs = list(by_doc)
     spans = [sorted(by_doc[d], key=lambda x: (x["start"], x["end"])) for d in docs]
     return pa.table({"doc_id": pa.array(docs, pa.string()), "spans": pa.array(spans, SPANS)})
-
-
-def read_spans(path: str | os.PathLike[str]) -> pa.Table:
-    """A ``spans`` dataset (``doc_id``, ``spans``) from a folder or Parquet file."""
-    import pyarrow.parquet as pq
-
-    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(Path(path))])
-    require_columns(table.schema, ["doc_id", "spans"], str(path))
-    return table.select(["doc_id", "spans"])
 
 
 def _merge(spans: list[dict[str, Any]], length: int, doc: str) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 DOCUMENTS = pa.schema(
@@ -36,3 +37,42 @@ TERMS = pa.schema(
     ]
 )
 """The ``terms`` table: one row per distinct normalised word n-gram."""
+
+SPAN = pa.struct(
+    [
+        pa.field("start", pa.int32()),
+        pa.field("end", pa.int32()),
+        pa.field("label", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("score", pa.float32()),
+    ]
+)
+"""One span of the ``spans`` table: code-point offsets into ``text``, end exclusive."""
+
+SPANS = pa.list_(SPAN)
+"""The ``spans`` column: a document's spans."""
+
+
+def spans_array(
+    documents: int,
+    rows: np.ndarray,
+    start: pa.Array,
+    end: pa.Array,
+    label: pa.Array,
+    source: pa.Array,
+    score: pa.Array,
+) -> pa.ListArray:
+    """The ``spans`` column of ``documents`` rows from flat spans: span ``i`` belongs to row
+    ``rows[i]`` (not decreasing; rows without spans get an empty list)."""
+    structs = pa.StructArray.from_arrays(
+        [
+            start.cast(pa.int32()),
+            end.cast(pa.int32()),
+            label.cast(pa.string()),
+            source.cast(pa.string()),
+            score.cast(pa.float32()),
+        ],
+        fields=list(SPAN),
+    )
+    offsets = np.searchsorted(rows, np.arange(documents + 1), side="left").astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=SPANS)

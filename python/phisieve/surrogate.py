@@ -43,6 +43,7 @@ from .dataset import DatasetWriter, open_source, require_columns
 from .errors import ConfigError, InputError, MissingDependencyError
 from .placeholders import find, sex_of
 from .progress import progress_bar
+from .schema import SPAN, SPANS, spans_array
 
 __all__ = [
     "SPAN",
@@ -53,18 +54,6 @@ __all__ = [
     "surrogate",
 ]
 
-SPAN = pa.struct(
-    [
-        pa.field("start", pa.int32()),
-        pa.field("end", pa.int32()),
-        pa.field("label", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("score", pa.float32()),
-    ]
-)
-"""One span of the ``spans`` table (DESIGN.md §1): code-point offsets, end exclusive."""
-
-SPANS = pa.list_(SPAN)
 
 MIN_SECRET_BYTES = 16
 ANCHOR_YEARS = (1000, 2300)
@@ -675,21 +664,17 @@ def _span_lists(
     rows: int, edit_rows: np.ndarray, starts: pa.Array, ends: pa.Array, labels: pa.Array
 ) -> pa.ListArray:
     """The ``spans`` list column: each row's filled surrogates (removed markers left out)."""
-    keep = np.flatnonzero(~np.asarray(labels.is_null().to_numpy(zero_copy_only=False)))
-    kept_rows = edit_rows[keep]
+    keep = pa.array(np.flatnonzero(~labels.is_null().to_numpy(zero_copy_only=False)))
     n = len(keep)
-    structs = pa.StructArray.from_arrays(
-        [
-            starts.take(pa.array(keep)),
-            ends.take(pa.array(keep)),
-            labels.take(pa.array(keep)).cast(pa.string()),
-            pa.array(["surrogate"] * n, pa.string()),
-            pa.array(np.ones(n, dtype=np.float32)),
-        ],
-        fields=list(SPAN),
+    return spans_array(
+        rows,
+        edit_rows[keep.to_numpy()],
+        starts.take(keep),
+        ends.take(keep),
+        labels.take(keep),
+        pa.array(["surrogate"] * n, pa.string()),
+        pa.array(np.ones(n, dtype=np.float32)),
     )
-    offsets = np.searchsorted(kept_rows, np.arange(rows + 1), side="left").astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=SPANS)
 
 
 def surrogate(

@@ -25,7 +25,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _core
-from .dataset import BatchSource, DatasetWriter, open_source, parquet_files, require_columns
+from .dataset import (
+    BatchSource,
+    DatasetWriter,
+    open_source,
+    parquet_files,
+    read_spans,
+    require_columns,
+)
 from .errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
 from .progress import progress_bar
 
@@ -518,8 +525,7 @@ def direct_words_by_patient(
 ) -> dict[str, set[str]]:
     """For each patient, the normalised words inside the patient's direct spans (a ``spans``
     dataset: ``doc_id``, ``spans``), read from the documents of ``src``."""
-    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(spans)])
-    require_columns(table.schema, ["doc_id", "spans"], str(spans))
+    table = read_spans(spans)
     by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for doc, sp in zip(
         table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
