@@ -76,7 +76,10 @@ def test_deny_and_allow_lists(tmp_path):
     deny = read_word_list(deny_file)
     assert deny == {"calvert": "LOCATION", "kavaliunas": "NAME"}
     (got,) = found(
-        ["From CALVERT, seen by Dr. Kavaliunas and Dr. Lewy."], deny=deny, allow=["lewy"]
+        ["From CALVERT, seen by Dr. Kavaliunas and Dr. Lewy."],
+        deny=deny,
+        allow=["lewy"],
+        dictionaries_enabled=False,
     )
     assert ("CALVERT", "LOCATION", "lists:deny") in got
     assert ("Kavaliunas", "NAME", "lists:deny+rules:name_title") in got
@@ -128,6 +131,15 @@ def test_physionet_rules_floor(physionet_dir):
     assert r["gold_spans"] == 999
     assert r["span_recall"] >= 0.69 and r["char_precision"] >= 0.63
     assert r["by_label"]["Date"]["recall"] >= 0.93
+
+
+def test_physionet_default_recognizers_floor(physionet_dir):
+    """rules + lists (the dictionaries) on the real notes: measured 0.885 / 0.705; issue 5's bar
+    is 0.97 / 0.75, not met yet. Floors keep what is reached."""
+    r = evaluate_corpus(physionet_dir)
+    assert r["span_recall"] >= 0.88 and r["char_precision"] >= 0.70
+    assert r["by_label"]["Location"]["recall"] >= 0.85
+    assert r["by_label"]["HCPName"]["recall"] >= 0.88
 
 
 def test_cli_detect_and_eval(physionet_dir, tmp_path, capsys):

@@ -30,7 +30,14 @@ out_console = Console()
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 Recognizers = Annotated[
-    str, typer.Option(help="Comma-separated recognizers: rules, lists, presidio.")
+    str, typer.Option(help="Comma-separated recognizers: rules, lists, presidio, stanza.")
+]
+StanzaModel = Annotated[
+    str | None,
+    typer.Option(
+        help="Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 "
+        "(downloaded beforehand; STANZA_RESOURCES_DIR says where)."
+    ),
 ]
 
 
@@ -258,6 +265,7 @@ def detect(
     presidio_model: Annotated[
         str | None, typer.Option(help="spaCy model of the presidio recognizer (installed).")
     ] = None,
+    stanza_model: StanzaModel = None,
     workers: Annotated[int, typer.Option(help="spaCy processes for presidio.")] = 1,
     quiet: Quiet = False,
 ) -> None:
@@ -267,7 +275,7 @@ def detect(
 
     spans = run(
         docs,
-        **detect_options(recognizers, deny, allow),
+        **detect_options(recognizers, deny, allow, stanza_model),
         min_score=parse_thresholds(min_score),
         presidio_model=presidio_model,
         workers=workers,
@@ -278,14 +286,18 @@ def detect(
     out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
 
 
-def detect_options(recognizers: str, deny: Path | None, allow: Path | None) -> dict[str, Any]:
-    """The recognizer names and word lists that `detect` and `detect-eval` both take."""
+def detect_options(
+    recognizers: str, deny: Path | None, allow: Path | None, stanza_model: str | None = None
+) -> dict[str, Any]:
+    """The recognizer names, word lists and Stanza model that `detect` and `detect-eval` take."""
     from .detect import read_word_list
 
+    package, _, ner = (stanza_model or "").partition(":")
     return {
         "recognizers": [r.strip() for r in recognizers.split(",") if r.strip()],
         "deny": read_word_list(deny) if deny else None,
         "allow": read_word_list(allow) if allow else None,
+        "stanza": {"package": package or None, "ner": ner or None},
     }
 
 
@@ -308,11 +320,12 @@ def detect_eval(
     recognizers: Recognizers = "rules,lists",
     deny: Annotated[Path | None, typer.Option(help="Deny list (see `detect`).")] = None,
     allow: Annotated[Path | None, typer.Option(help="Allow list (see `detect`).")] = None,
+    stanza_model: StanzaModel = None,
 ) -> None:
     """Span recall, character precision and recall per gold category, and notes/s."""
     from .detect import evaluate_corpus
 
-    r = evaluate_corpus(corpus, **detect_options(recognizers, deny, allow))
+    r = evaluate_corpus(corpus, **detect_options(recognizers, deny, allow, stanza_model))
     table = Table(title=f"detection on {corpus}", header_style="bold")
     for col in ("category", "gold spans", "found", "span recall"):
         table.add_column(col, justify="left" if col == "category" else "right")

@@ -193,6 +193,8 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
     ``RecordBatch``, ``RecordBatchReader`` or ``pyarrow.dataset.Dataset``, a polars
     ``DataFrame`` or ``LazyFrame``, or any object implementing ``__arrow_c_stream__``.
     """
+    if isinstance(source, BatchSource):
+        return source
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.exists():

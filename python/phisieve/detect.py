@@ -8,7 +8,13 @@ Recognizers (combinable):
   credentials;
 * ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
 * ``presidio``: presidio-analyzer's default recognizers over a local spaCy model
-  (:class:`phisieve.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches.
+  (:class:`phisieve.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches;
+* ``stanza``: Stanza's NER over downloaded models (:class:`phisieve.stanza_ner.StanzaRecognizer`).
+
+``lists`` also runs the built-in dictionaries (:mod:`phisieve.dictionaries`): census names and
+US places that are neither everyday English nor common in the corpus, places named after
+"transferred to"-like triggers (flagged corpus-wide), and names grown over neighbouring names
+and initials.
 
 An allow list (e.g. eponyms such as "Lewy") removes spans whose text it holds. Overlapping
 spans are merged, keeping every source. The result is the ``spans`` table (``doc_id``,
@@ -21,6 +27,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +35,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import _core
-from .dataset import DatasetWriter, open_source, require_columns
+from . import _core, dictionaries
+from .dataset import BatchSource, DatasetWriter, open_source, require_columns
 from .errors import ConfigError, InputError
 from .progress import progress_bar
 from .schema import SPANS, spans_array
@@ -37,8 +44,8 @@ from .tokenize import normalize_word, tokenize
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
-RECOGNIZERS = ("rules", "lists", "presidio")
-"""Recognizer names: ``presidio`` needs the ``ner`` extra and an installed spaCy model."""
+RECOGNIZERS = ("rules", "lists", "presidio", "stanza")
+"""Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models."""
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -91,10 +98,10 @@ def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
     )
 
 
-def _presidio_rows(texts: pa.Array, recognizer: Any) -> pl.DataFrame:
+def _model_rows(texts: pa.Array, name: str, recognizer: Any) -> pl.DataFrame:
     found = recognizer(texts.to_pylist())
     rows = [
-        (i, s, e, label, f"presidio:{label}", score)
+        (i, s, e, label, f"{name}:{label}", score)
         for i, spans in enumerate(found)
         for s, e, label, score in spans
     ]
@@ -132,23 +139,60 @@ def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@dataclass
+class _Dictionaries:
+    """What the ``lists`` recognizer learnt about the whole corpus before detecting."""
+
+    lexicon: dictionaries.Lexicon
+    stats: dictionaries.CorpusStats
+    known_places: pl.DataFrame
+
+
+def _learn(src: BatchSource, progress: bool) -> _Dictionaries:
+    """First passes of the ``lists`` recognizer: patients per word, and the places named after
+    a trigger anywhere in the corpus (flagged everywhere after)."""
+    lex = dictionaries.lexicon()
+    stats = dictionaries.CorpusStats.of(src)
+    counts = []
+    with progress_bar(
+        "learn places", total=src.num_rows, unit="documents", enabled=progress
+    ) as adv:
+        for b in src.batches(["text"]):
+            tok = _features(b.column("text"), lex, stats)
+            counts.append(dictionaries.harvest(tok))
+            adv(b.num_rows)
+    known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF)
+    return _Dictionaries(lex, stats, known)
+
+
+def _features(texts: pa.Array, lex: Any, stats: Any) -> pl.DataFrame:
+    tok = dictionaries.tokens(texts)
+    return dictionaries.features(tok, lex, stats, dictionaries.MAX_ZIPF, dictionaries.RARE_SHARE)
+
+
 def _detect_batch(
     texts: pa.Array,
     recognizers: Iterable[str],
     deny: dict[str, str],
     allow: set[str],
     min_score: dict[str, float],
-    presidio: Any = None,
+    models: dict[str, Any] | None = None,
+    learnt: _Dictionaries | None = None,
 ) -> pl.DataFrame:
     parts = []
+    tok = None
+    if learnt is not None:
+        tok = _features(texts, learnt.lexicon, learnt.stats)
     for name in recognizers:
-        if name == "presidio":
-            parts.append(_presidio_rows(texts, presidio))
+        if models and name in models:
+            parts.append(_model_rows(texts, name, models[name]))
         elif name == "rules":
             parts.append(_rule_rows(texts))
         elif name == "lists":
             if deny:
                 parts.append(_list_rows(texts, deny))
+            if learnt is not None and tok is not None:
+                parts.append(dictionaries.find(tok, learnt.lexicon, learnt.known_places))
         else:
             raise ConfigError(f"unknown recognizer {name!r}; expected one of {RECOGNIZERS}")
     schema = {
@@ -165,6 +209,10 @@ def _detect_batch(
         min_score, default=min_score.get("*", 0.0), return_dtype=pl.Float32
     )
     rows = rows.filter(pl.col("score") >= threshold)
+    if tok is not None:
+        # Rule names that are plain words go; names grow over neighbouring names and initials.
+        rows = dictionaries.confirm_names(tok, rows)
+        rows = pl.concat([rows, dictionaries.extend_names(tok, rows).cast(schema)])
     if allow and rows.height:
         # Drop spans whose (normalised) text the allow list holds.
         starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
@@ -195,8 +243,10 @@ def detect(
     allow: Iterable[str] | None = None,
     min_score: float | dict[str, float] = 0.0,
     presidio_model: str | None = None,
+    stanza: dict[str, Any] | None = None,
     workers: int = 1,
     progress: bool = False,
+    dictionaries_enabled: bool = True,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
 
@@ -213,9 +263,16 @@ def detect(
     min_score
         Drop detections scored below this before merging: one threshold, or one per
         recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
+    dictionaries_enabled
+        Whether ``lists`` also runs the built-in dictionaries
+        (:mod:`phisieve.dictionaries`: census names, US places, places named after a
+        trigger); they read the corpus twice first (patients per word, context places).
     presidio_model, workers
         The spaCy model of the ``presidio`` recognizer (default
         :data:`phisieve.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
+    stanza
+        Options of the ``stanza`` recognizer (:class:`phisieve.stanza_ner.StanzaRecognizer`:
+        ``package``, ``ner``, ``model_dir``, ``use_gpu``...).
 
     Returns
     -------
@@ -229,20 +286,30 @@ def detect(
         raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
     if unknown := [r for r in recognizers if r not in RECOGNIZERS]:
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
-    presidio = None
+    models: dict[str, Any] = {}
     if "presidio" in recognizers:
         from .presidio import DEFAULT_MODEL, PresidioRecognizer
 
-        presidio = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
+        models["presidio"] = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
+    if "stanza" in recognizers:
+        from .stanza_ner import StanzaRecognizer
+
+        models["stanza"] = StanzaRecognizer(**(stanza or {}))
     deny = deny or {}
     allow_set = {normalize_word(w) for w in allow or ()}
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
+    learnt = None
+    if "lists" in recognizers and dictionaries_enabled:
+        if not src.reiterable:
+            # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
+            src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
+        learnt = _learn(src, progress)
     out = []
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["doc_id", "text"]):
             texts = b.column("text")
-            merged = _detect_batch(texts, recognizers, deny, allow_set, thresholds, presidio)
+            merged = _detect_batch(texts, recognizers, deny, allow_set, thresholds, models, learnt)
             out.append(
                 pa.table(
                     {

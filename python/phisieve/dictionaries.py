@@ -1,0 +1,635 @@
+"""Built-in dictionaries of the ``lists`` recognizer: person names and places (DESIGN.md §3).
+
+* **Names**: the US Census 1990 first-name (male and female) and surname lists, as shipped by
+  the ``names`` package (94k entries).
+* **Places**: US city and town names from the ``zipcodes`` package (19k, multi-word ones
+  included) and the US states.
+* **English**: word frequencies from ``wordfreq`` decide which dictionary entries are also
+  everyday words ("white", "hope", "will").
+
+Dictionary hits are noisy on clinical text: the census lists hold "foley", "bolus" and "levo",
+and many towns are named after words. A hit is kept only when the word is neither common
+English (Zipf frequency below ``max_zipf``) nor common in the corpus being processed (used by
+at most ``rare_share`` of its patients, and never by more than ``rare_max`` patients when the
+corpus is small): site vocabulary recurs across patients, a patient's or relative's name does
+not. Everyday words that are names ("Mary", "Bill") are found next to another name instead
+(:func:`extend_names`).
+
+Places are also found by context: a word that is not vocabulary after "transferred to",
+"admitted from", "lives in"... is a place, and every later use of that word in the corpus is
+flagged too (hospital names such as "GH" recur in many patients' notes).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import ConfigError
+from .tokenize import tokenize
+
+__all__ = ["MAX_ZIPF", "RARE_SHARE", "CorpusStats", "Lexicon", "extend_names", "find", "lexicon"]
+
+MAX_ZIPF = 3.5
+"""Words at least this frequent in English (Zipf scale: 3.5 is about 3 per million words) are
+vocabulary, not dictionary names or places."""
+
+RARE_SHARE = 0.03
+"""Words used by more than this share of the corpus's patients (and by more than 2) are site
+vocabulary, not names."""
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STATES = [
+    *sorted(
+        _words(
+            """
+        alabama alaska arizona arkansas california colorado connecticut delaware florida georgia
+        hawaii idaho illinois indiana iowa kansas kentucky louisiana maine maryland
+        massachusetts michigan minnesota mississippi missouri montana nebraska nevada ohio
+        oklahoma oregon pennsylvania tennessee texas utah vermont virginia washington wisconsin
+        wyoming
+        """
+        )
+    ),
+    "new hampshire",
+    "new jersey",
+    "new mexico",
+    "new york",
+    "north carolina",
+    "north dakota",
+    "rhode island",
+    "south carolina",
+    "south dakota",
+    "west virginia",
+    "puerto rico",
+]
+
+# Words a hospital writes after "transferred to" that are not places: its units, services and
+# the destinations every site has. Lower-case, as normalised terms.
+UNITS = _words(
+    """
+    micu sicu ccu csru ctic cvicu icu nicu picu tsicu msicu ctsicu neuro neuroicu nsicu pacu or
+    ed er ew eu cath ep ir ct cta mri mr mra us ultrasound xray cxr echo tee lab labs
+    floor floors unit units ward wards rehab snf ltac ltach hospice home house nursing facility
+    vna osh ems ambulance medflight helicopter radiology dialysis hd cvvh cvvhd pt ot slp
+    telemetry tele stepdown step down vicu bed room rm team service attending resident fellow
+    md rn np pa dr micu7 icu7 the a an his her their our this that same other another outside
+    chair commode bathroom bedside stretcher wheelchair morgue surgery medicine cardiology
+    oncology psych psychiatry ortho gi gu onc vascular transplant trauma
+    """
+)
+
+# Census names that are clinical words: eponyms (signs, syndromes, devices) and brands.
+EPONYMS = _words(
+    """
+    foley swan ganz hickman quinton passy passey muir greenfield mallory weiss cheyne stokes
+    parkinson parkinsons alzheimer alzheimers lewy babinski doppler coombs gram levine zoll
+    allegra kussmaul trendelenburg fowler fowlers sims valsalva heimlich miller macintosh
+    salem groshong broviac tenckhoff mahurkar shiley portex jackson pratt penrose blake
+    hemovac baxter abbott medtronic boston kerlix xeroform mepilex duoderm tegaderm kling
+    ace jobst ted venodyne kendall bair hugger stryker hill rom roho posey dobhoff keofeed
+    corpak levin ewald bard davol lasix colace allen homans homan murphy rovsing mcburney
+    cullen turner grey chvostek trousseau tinel phalen romberg brudzinski kernig hoffman
+    wernicke korsakoff guillain barre bell graves hashimoto addison cushing crohn hodgkin
+    kaposi wilms ewing burkitt barrett zenker meckel hirschsprung raynaud wegener kawasaki
+    marfan down turner klinefelter tourette huntington bundle purkinje wenckebach mobitz
+    brugada holter starling frank fick poiseuille laplace glasgow apgar ranson child pugh
+    """
+) - {"murphy", "frank", "turner", "allen", "cullen", "jackson", "miller", "baxter", "child"}
+
+# Census names that are words written next to names ("wife Mary", "Dr Smith to see").
+NOT_NEIGHBOURS = _words(
+    """
+    to in on at by of from with and or but for the a an is was be will may can has had have
+    he she his her him they them we you me my our your this that who called aware here there
+    husband wife son sons daughter daughters brother brothers sister sisters mother father
+    friend friends family niece nephew aunt uncle cousin grandson granddaughter grandaughter
+    patient pt md rn np pa dr doctor nurse team
+    """
+)
+
+# "<verb> to X", "<verb> from X", "lives in X": X is a place unless it is vocabulary.
+_PLACE_TRIGGERS = {
+    ("transferred", "to"),
+    ("transfered", "to"),
+    ("transferred", "from"),
+    ("transfered", "from"),
+    ("transfer", "to"),
+    ("trans", "to"),
+    ("tx", "to"),
+    ("admitted", "to"),
+    ("admitted", "from"),
+    ("adm", "to"),
+    ("adm", "from"),
+    ("sent", "to"),
+    ("go", "to"),
+    ("went", "to"),
+    ("taken", "to"),
+    ("d", "to"),
+    ("transport", "to"),
+    ("brought", "to"),
+    ("came", "to"),
+    ("arrived", "to"),
+    ("arrived", "from"),
+    ("presented", "to"),
+    ("presenting", "to"),
+    ("referred", "to"),
+    ("accepted", "at"),
+    ("accepted", "by"),
+    ("discharged", "to"),
+    ("return", "to"),
+    ("returned", "to"),
+    ("lives", "in"),
+    ("living", "in"),
+    ("resides", "in"),
+    ("followed", "at"),
+    ("seen", "at"),
+    ("treated", "at"),
+    ("transplant", "at"),
+}
+
+
+def _census() -> dict[str, tuple[bool, bool]]:
+    try:
+        import names
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError(
+            "the name dictionaries need the `names` package: pip install names"
+        ) from None
+    root = Path(names.__file__).parent
+    out: dict[str, tuple[bool, bool]] = {}
+    for fname, is_first in (
+        ("dist.male.first", True),
+        ("dist.female.first", True),
+        ("dist.all.last", False),
+    ):
+        for line in (root / fname).read_text(encoding="ascii").splitlines():
+            word = line.split(maxsplit=1)[0].lower() if line.strip() else ""
+            if len(word) < 2:
+                continue
+            first, last = out.get(word, (False, False))
+            out[word] = (first or is_first, last or not is_first)
+    return out
+
+
+def _places() -> set[str]:
+    try:
+        import zipcodes
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError(
+            "the place dictionaries need the `zipcodes` package: pip install zipcodes"
+        ) from None
+    cities = {z["city"].lower() for z in zipcodes.list_all()}
+    return {c.replace(".", "").replace("-", " ") for c in cities} | set(STATES)
+
+
+def _zipf() -> pl.DataFrame:
+    try:
+        import wordfreq
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError(
+            "the dictionaries need the `wordfreq` package: pip install wordfreq"
+        ) from None
+    freq = wordfreq.get_frequency_dict("en")
+    return pl.DataFrame(
+        {"w": list(freq), "zipf": [math.log10(f) + 9.0 for f in freq.values()]},
+        schema={"w": pl.String, "zipf": pl.Float32},
+    )
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """The built-in dictionaries as polars tables keyed by normalised word ``w``."""
+
+    names: pl.DataFrame
+    """``w``, ``first``, ``last`` (bool): census names of at least two letters."""
+    places: pl.DataFrame
+    """``w`` (one to four words joined by spaces), ``words`` (how many)."""
+    zipf: pl.DataFrame
+    """``w``, ``zipf``: English word frequency on the Zipf scale (absent: rare)."""
+
+
+@functools.cache
+def lexicon() -> Lexicon:
+    """The built-in :class:`Lexicon` (loaded once per process)."""
+    census = _census()
+    names = pl.DataFrame(
+        {
+            "w": list(census),
+            "first": [f for f, _ in census.values()],
+            "last": [la for _, la in census.values()],
+        }
+    )
+    places = pl.DataFrame({"w": sorted(_places())}).with_columns(
+        words=pl.col("w").str.count_matches(" ").cast(pl.Int32) + 1
+    )
+    places = places.filter(pl.col("words") <= 4)
+    return Lexicon(names=names, places=places, zipf=_zipf())
+
+
+@dataclass
+class CorpusStats:
+    """How many patients use each normalised word in the corpus being processed."""
+
+    patients: int
+    words: pl.DataFrame = field(repr=False)
+    """``w``, ``patients``."""
+
+    def rare_limit(self, share: float) -> int:
+        """Words used by at most this many patients count as rare (at least 2)."""
+        return max(2, math.floor(share * self.patients))
+
+    @classmethod
+    def of(cls, source: object, patient_col: str = "patient_id") -> CorpusStats:
+        """Count the patients of every word of ``source`` (documents with ``text`` and
+        ``patient_col``; without it, each document counts as its own patient)."""
+        from .dataset import BatchSource, open_source
+        from .term_index import index
+
+        src = open_source(source)
+        col = patient_col if patient_col in src.schema.names else "doc_id"
+
+        def filled(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+            # Null notes and patients have no words to count; the index refuses nulls.
+            for b in src.batches([col, "text"]):
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pc.fill_null(b.column(0).cast(pa.string()), ""),
+                        pc.fill_null(b.column(1), ""),
+                    ],
+                    [col, "text"],
+                )
+
+        counted = BatchSource(
+            filled,
+            pa.schema([(col, pa.string()), src.schema.field("text")]),
+            src.reiterable,
+            src.name,
+            src.num_rows,
+        )
+        terms = pl.from_arrow(index(counted, k=1, ngram=1, patient_col=col))
+        assert isinstance(terms, pl.DataFrame)
+        words = terms.select(pl.col("term").alias("w"), pl.col("patients").cast(pl.Int64))
+        patients = int(terms.get_column("patients").max() or 0)
+        return cls(patients=max(patients, _count_patients(src, col)), words=words)
+
+
+def _count_patients(src: object, col: str) -> int:
+    seen: set[object] = set()
+    for b in src.batches([col]):  # type: ignore[attr-defined]
+        seen.update(b.column(0).to_pylist())
+    return len(seen)
+
+
+def tokens(texts: pa.Array) -> pl.DataFrame:
+    """One row per word: ``row``, ``i`` (word index), ``s``/``e`` (code points), ``w``
+    (normalised), ``cap`` (written in title case in a note that uses capitals as prose does;
+    null in all-capitals and all-lower-case notes), ``gap`` (characters between the previous
+    word and this one) and ``dot`` (the first of them is a period). Linear in the text length."""
+    starts, ends, words = tokenize(texts)
+    raw = tokenize(texts, normalize="none").column(2)
+    tok = pl.from_arrow(
+        pa.RecordBatch.from_arrays([starts, ends, words, raw], ["s", "e", "w", "raw"])
+    )
+    assert isinstance(tok, pl.DataFrame)
+    text = pl.from_arrow(texts.cast(pa.large_string()))
+    assert isinstance(text, pl.Series)
+    # Capitals tell names from words only in notes that use them as prose does: some words
+    # capitalised, most not (neither all-capitals nor all-lower-case notes).
+    words_n = text.str.count_matches(r"\b\p{L}")
+    caps = text.str.count_matches(r"\b\p{Lu}")
+    mixed = ((caps >= 0.05 * words_n) & (caps <= 0.6 * words_n)).fill_null(False)
+    tok = (
+        tok.with_columns(mixed=mixed)
+        .with_row_index("row")
+        .explode(["s", "e", "w", "raw"])
+        .drop_nulls("w")
+        .with_columns(pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64))
+    )
+    prev_end = pl.col("e").shift(1).over("row")
+    first = pl.col("raw").str.slice(0, 1)
+    raw_word = pl.col("raw")
+    tok = tok.with_columns(
+        i=pl.int_range(pl.len()).over("row"),
+        # Title case only: "MAE", "PEG" in a mixed-case note are acronyms, not names.
+        cap=pl.when(pl.col("mixed")).then(
+            (first != first.str.to_lowercase())
+            & ((raw_word.str.len_chars() == 1) | (raw_word != raw_word.str.to_uppercase()))
+        ),
+        gap=(pl.col("s") - prev_end),
+    )
+    # The character after the previous word, read from the notes' code points (a string
+    # slice by character offset would cost the offset each time).
+    notes = [t or "" for t in text.to_list()]
+    cps = np.frombuffer("".join(notes).encode("utf-32-le"), dtype=np.uint32)
+    base = np.concatenate([[0], np.cumsum([len(t) for t in notes])])[:-1]
+    rows = tok.get_column("row").to_numpy()
+    after = (tok.get_column("e").shift(1).fill_null(0).to_numpy() + base[rows]).astype(np.int64)
+    after = np.minimum(after, max(len(cps) - 1, 0))
+    dot = cps[after] == ord(".") if len(cps) else np.zeros(len(after), dtype=bool)
+    tok = tok.with_columns(dot=(pl.col("gap") > 0) & pl.Series(dot))
+    return tok.drop("raw", "mixed").with_columns(pl.col("row").cast(pl.Int64))
+
+
+def _ngrams(tok: pl.DataFrame, n: int) -> pl.DataFrame:
+    """``row``, ``i`` (first word), ``last`` (word index of the last word), ``s``, ``e``,
+    ``w`` (n words joined by spaces): consecutive words separated by one space or ". "."""
+    parts = [pl.col("w")]
+    ok = pl.lit(True)
+    for k in range(1, n):
+        nxt = pl.col("w").shift(-k).over("row")
+        gap = pl.col("gap").shift(-k).over("row")
+        dot = pl.col("dot").shift(-k).over("row")
+        ok = ok & nxt.is_not_null() & ((gap == 1) | ((gap == 2) & dot))
+        parts.append(nxt)
+    return (
+        tok.select(
+            "row",
+            "i",
+            (pl.col("i") + n - 1).alias("last"),
+            "s",
+            pl.col("e").shift(-(n - 1)).over("row").alias("e"),
+            pl.concat_str(parts, separator=" ").alias("w"),
+            ok.alias("ok"),
+        )
+        .filter("ok")
+        .drop("ok")
+    )
+
+
+def features(
+    tok: pl.DataFrame,
+    lex: Lexicon,
+    stats: CorpusStats | None,
+    max_zipf: float,
+    rare_share: float,
+) -> pl.DataFrame:
+    """Add ``first``, ``last``, ``zipf``, ``patients`` and ``vocab`` (an everyday English
+    word, a word common in this corpus, a hospital unit, or not alphabetic) to ``tokens``."""
+    tok = tok.join(lex.names, on="w", how="left").join(lex.zipf, on="w", how="left")
+    if stats is not None:
+        tok = tok.join(stats.words, on="w", how="left")
+        common = pl.col("patients").fill_null(0) > stats.rare_limit(rare_share)
+    else:
+        tok = tok.with_columns(patients=pl.lit(None, pl.Int64))
+        common = pl.lit(False)
+    # Joins do not keep row order; the context rules shift over neighbouring words.
+    return (
+        tok.sort("row", "i")
+        .with_columns(
+            pl.lit(max_zipf, pl.Float32).alias("max_zipf"),
+            pl.col("first").fill_null(False),
+            pl.col("last").fill_null(False),
+            pl.col("zipf").fill_null(0.0),
+        )
+        .with_columns(
+            vocab=(pl.col("zipf") >= max_zipf)
+            | common
+            | pl.col("w").is_in(list(UNITS))
+            | pl.col("w").is_in(list(EPONYMS))
+            | ~pl.col("w").str.contains(r"^\p{L}+$")
+        )
+    )
+
+
+def _hits(frame: pl.DataFrame, label: str, source: str, score: float) -> pl.DataFrame:
+    return frame.select(
+        "row",
+        pl.col("s").cast(pl.Int32).alias("start"),
+        pl.col("e").cast(pl.Int32).alias("end"),
+        pl.lit(label).alias("label"),
+        pl.lit(source).alias("source"),
+        pl.lit(score, pl.Float32).alias("score"),
+    )
+
+
+def context_places(tok: pl.DataFrame, max_words: int = 3) -> pl.DataFrame:
+    """Places named after a trigger ("transferred to X", "lives in X"): up to ``max_words``
+    words that are not vocabulary (or are capitalised in a mixed-case note), as ``row``,
+    ``s``, ``e``, ``w`` (the words joined by spaces)."""
+    w1 = pl.col("w").shift(1).over("row")
+    w2 = pl.col("w").shift(2).over("row")
+    trig = pl.concat_str([w2, w1], separator=" ").is_in([f"{a} {b}" for a, b in _PLACE_TRIGGERS])
+    # Site names recur across patients, so only English and the unit words rule a word out.
+    placeish = (
+        ((pl.col("zipf") < pl.col("max_zipf")) | pl.col("cap").fill_null(False))
+        & ~pl.col("w").is_in(list(UNITS))
+        & pl.col("w").str.contains(r"^\p{L}")
+    )
+    tok = tok.with_columns(placeish=placeish, trig=trig & (pl.col("gap") <= 2))
+    out = []
+    run = tok.filter(pl.col("trig") & pl.col("placeish")).select("row", "i", "s", "e", "w")
+    for k in range(max_words):
+        if k:
+            nxt = tok.select(
+                "row",
+                (pl.col("i") - k).alias("i"),
+                pl.col("e").alias("e2"),
+                pl.col("w").alias("w2"),
+                "placeish",
+                "gap",
+            )
+            run = (
+                run.join(nxt, on=["row", "i"])
+                .filter(pl.col("placeish") & (pl.col("gap") == 1))
+                .select(
+                    "row",
+                    "i",
+                    "s",
+                    pl.col("e2").alias("e"),
+                    pl.concat_str(["w", "w2"], separator=" ").alias("w"),
+                )
+            )
+        if run.height == 0:
+            break
+        out.append(run)
+    if not out:
+        return pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
+    longest = pl.concat(out).sort("e", descending=True).unique(["row", "i"], keep="first")
+    return longest.select("row", "s", "e", "w")
+
+
+def find(
+    tok: pl.DataFrame,
+    lex: Lexicon,
+    known_places: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Dictionary hits of featured tokens (:func:`features`) as span rows (``row``,
+    ``start``, ``end``, ``label``, ``source``, ``score``).
+
+    * ``lists:names``: a census name that is not vocabulary;
+    * ``lists:places``: a place (one to four words) whose words are not all vocabulary;
+    * ``lists:context``: a place named after a trigger (:func:`context_places`);
+    * ``lists:known``: a word or phrase of ``known_places`` (``w``), found by context
+      anywhere in the corpus.
+    """
+    # A census name that is not vocabulary; or a first name that is also a word of middling
+    # frequency ("Helen", "Nancy"), written with a capital in a note that uses capitals.
+    cap = pl.col("cap").fill_null(True)
+    names = tok.filter(
+        ((pl.col("first") | pl.col("last")) & ~pl.col("vocab") & cap)
+        | (pl.col("first") & (pl.col("zipf") < 4.8) & pl.col("cap").fill_null(False))
+    )
+    parts = [_hits(names, "NAME", "lists:names", 0.7)]
+    for n in range(1, 5):
+        grams = (
+            _ngrams(tok, n)
+            if n > 1
+            else tok.select("row", "i", pl.col("i").alias("last"), "s", "e", "w")
+        )
+        hits = grams.join(lex.places.filter(pl.col("words") == n), on="w", how="semi")
+        if hits.height:
+            vocab = tok.select("row", "i", "vocab")
+            # Keep a place unless every word of it is vocabulary.
+            spans = hits.with_columns(pl.int_ranges("i", pl.col("last") + 1).alias("j")).explode(
+                "j"
+            )
+            spans = (
+                spans.join(vocab.rename({"i": "j"}), on=["row", "j"])
+                .group_by(["row", "i", "s", "e"])
+                .agg(pl.col("vocab").all())
+            )
+            parts.append(_hits(spans.filter(~pl.col("vocab")), "LOCATION", "lists:places", 0.6))
+    ctx = context_places(tok)
+    parts.append(_hits(ctx, "LOCATION", "lists:context", 0.6))
+    if known_places is not None and known_places.height:
+        for n in range(1, 5):
+            grams = _ngrams(tok, n) if n > 1 else tok.select("row", "i", "s", "e", "w")
+            hits = grams.join(known_places, on="w", how="semi")
+            parts.append(_hits(hits, "LOCATION", "lists:known", 0.6))
+    return pl.concat(parts)
+
+
+def harvest(tok: pl.DataFrame) -> pl.DataFrame:
+    """Context places of featured tokens, counted: ``w``, ``hits`` (times named after a
+    trigger) and ``uses`` (times the first word of the phrase occurs at all)."""
+    ctx = context_places(tok)
+    if ctx.height == 0:
+        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32, "uses": pl.UInt32})
+    # Every leading part of a phrase counts too: "gh" of "transferred to GH Cathed".
+    parts = ctx.select(pl.col("w").str.split(" ").alias("p")).with_columns(n=pl.col("p").list.len())
+    ctx = pl.concat(
+        [
+            parts.filter(pl.col("n") >= k).select(
+                pl.col("p").list.head(k).list.join(" ").alias("w")
+            )
+            for k in range(1, 5)
+        ]
+    )
+    hits = ctx.group_by("w").agg(pl.len().cast(pl.UInt32).alias("hits"))
+    head = hits.with_columns(h=pl.col("w").str.split(" ").list.first())
+    uses = (
+        tok.join(head.select(pl.col("h").alias("w")).unique(), on="w", how="semi")
+        .group_by("w")
+        .agg(pl.len().cast(pl.UInt32).alias("uses"))
+    )
+    return head.join(uses.rename({"w": "h"}), on="h", how="left").select("w", "hits", "uses")
+
+
+def known_places(
+    counts: pl.DataFrame, lex: Lexicon, max_zipf: float, min_share: float = 0.1
+) -> pl.DataFrame:
+    """The context places worth flagging everywhere (``w``): phrases of two or more words, and
+    single words that are not everyday English, whenever at least ``min_share`` of the uses of
+    their first word follow a trigger ("GH": yes; "NSR", once "converted to NSR": no)."""
+    counts = counts.group_by("w").agg(pl.col("hits").sum(), pl.col("uses").sum())
+    words = counts.with_columns(n=pl.col("w").str.count_matches(" ") + 1).join(
+        lex.zipf, on="w", how="left"
+    )
+    keep = ((pl.col("n") > 1) | (pl.col("zipf").fill_null(0.0) < max_zipf)) & (
+        pl.col("hits") >= min_share * pl.col("uses")
+    )
+    return words.filter(keep).select("w")
+
+
+def _covering(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``row``, ``i`` and ``k`` (the span's ``k`` column) of every word that a span overlaps,
+    by the latest-starting such span; a sorted as-of join, linear in words + spans."""
+    spans = spans.select("row", "k", "start", "end").sort("row", "start")
+    spans = spans.with_columns(reach=pl.col("end").cum_max().over("row")).with_columns(
+        pl.col("start").cast(pl.Int64)
+    )
+    words = tok.select("row", "i", "s", (pl.col("e") - 1).alias("last")).sort("row", "last")
+    # Both sides are sorted by (row, key), so each row's group is sorted.
+    hit = words.join_asof(
+        spans,
+        left_on="last",
+        right_on="start",
+        by="row",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return hit.filter(pl.col("reach") > pl.col("s")).select("row", "i", "k")
+
+
+def confirm_names(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Drop rule NAME spans ("Dr. X", "wife X") whose words are all everyday English and not
+    census names."""
+    is_name = pl.col("label").str.contains("NAME") & pl.col("source").str.starts_with("rules:")
+    spans = spans.with_row_index("k")
+    names = spans.filter(is_name)
+    if names.height == 0 or tok.height == 0:
+        return spans.drop("k")
+    words = _covering(tok, names).join(tok, on=["row", "i"])
+    wordy = ~pl.col("first") & ~pl.col("last") & (pl.col("zipf") >= 3.0)
+    drop = words.group_by("k").agg(wordy.all().alias("drop")).filter("drop")
+    return spans.join(drop.select("k"), on="k", how="anti").drop("k")
+
+
+def extend_names(tok: pl.DataFrame, spans: pl.DataFrame, rounds: int = 3) -> pl.DataFrame:
+    """Grow NAME spans over neighbouring census names ("Mary" in "Mary Hulse") and initials
+    ("J." in "J. Chang"): the extra words as span rows (``lists:neighbour``)."""
+    names = spans.filter(pl.col("label").str.contains("NAME"))
+    if names.height == 0 or tok.height == 0:
+        return spans.clear()
+    # Words covered by a NAME span.
+    cov = _covering(tok, names.with_row_index("k")).select("row", "i").unique()
+    nameish = (
+        (pl.col("first") | pl.col("last"))
+        & (pl.col("zipf") < 5.0)
+        & pl.col("w").str.contains(r"^\p{L}+$")
+        & ~pl.col("w").is_in(list(NOT_NEIGHBOURS))
+    )
+    initial = pl.col("w").str.contains(r"^\p{L}$")
+    cand = tok.with_columns(
+        nameish=(nameish | initial) & pl.col("cap").fill_null(True),
+        initial=initial,
+        next_dot=pl.col("dot").shift(-1).over("row"),
+        next_gap=pl.col("gap").shift(-1).over("row"),
+    ).select("row", "i", "s", "e", "nameish", "initial", "gap", "dot", "next_dot", "next_gap")
+    added = []
+    covered = cov.with_columns(pl.lit(True).alias("covered"))
+    for _ in range(rounds):
+        c = cand.join(covered, on=["row", "i"], how="left").with_columns(
+            pl.col("covered").fill_null(False)
+        )
+        prev_cov = pl.col("covered").shift(1).over("row").fill_null(False)
+        next_cov = pl.col("covered").shift(-1).over("row").fill_null(False)
+        close_prev = (pl.col("gap") == 1) | ((pl.col("gap") == 2) & pl.col("dot"))
+        close_next = (pl.col("next_gap") == 1) | ((pl.col("next_gap") == 2) & pl.col("next_dot"))
+        # An initial joins a name only when written with its period ("J. Chang").
+        ok = pl.col("nameish") & (
+            ~pl.col("initial") | pl.col("next_dot").fill_null(False) | pl.col("dot")
+        )
+        new = c.filter(
+            ~pl.col("covered") & ok & ((prev_cov & close_prev) | (next_cov & close_next))
+        )
+        if new.height == 0:
+            break
+        added.append(new.select("row", "s", "e"))
+        covered = pl.concat([covered, new.select("row", "i", pl.lit(True).alias("covered"))])
+    if not added:
+        return spans.clear()
+    return _hits(pl.concat(added), "NAME", "lists:neighbour", 0.6)

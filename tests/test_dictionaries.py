@@ -1,0 +1,215 @@
+"""The built-in dictionaries of the `lists` recognizer, and the Stanza recognizer (issue 5)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pyarrow as pa
+import pytest
+
+from phisieve import dictionaries
+from phisieve.detect import detect
+from phisieve.errors import ConfigError
+from phisieve.stanza_ner import LABELS, doc_spans, download_command
+
+
+def corpus(notes: list[tuple[str, str]]) -> pa.Table:
+    """(patient, text) rows as a documents table."""
+    return pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(len(notes))],
+            "patient_id": [p for p, _ in notes],
+            "text": pa.array([t for _, t in notes], pa.large_string()),
+        }
+    )
+
+
+def found(notes: list[tuple[str, str]], **kw) -> list[set[tuple[str, str]]]:
+    """Per note: {(span text, source)}."""
+    table = detect(corpus(notes), **kw)
+    return [
+        {(text[s["start"] : s["end"]], s["source"]) for s in spans}
+        for (_, text), spans in zip(notes, table.column("spans").to_pylist(), strict=True)
+    ]
+
+
+FILLER = [
+    (f"p{i}", "pt stable on levo, foley draining clear urine, pain controlled.") for i in range(40)
+]
+
+
+def test_census_names_that_are_neither_english_nor_site_vocabulary():
+    got = found(
+        [
+            ("a", "K replaced as per Marotta, who is aware."),
+            ("b", "foley draining, pain is clear. Continue levo."),
+            *FILLER,
+        ]
+    )
+    assert ("Marotta", "lists:names") in got[0]
+    # "foley" is an eponym, "clear"/"pain" are English, "levo" is used by 41 of 42 patients.
+    assert got[1] == set()
+
+
+def test_a_census_word_is_a_name_only_while_it_is_rare_in_the_corpus():
+    # "levo" (a census surname, rare in English) in one patient's notes only: a name...
+    alone = found([("a", "spoke with Levo about the plan"), ("b", "afebrile overnight")])
+    assert ("Levo", "lists:names") in alone[0]
+    # ... but site vocabulary once most patients' notes use it.
+    common = found([("a", "spoke with Levo about the plan"), *FILLER])
+    assert common[0] == set()
+
+
+def test_names_grow_over_neighbouring_names_and_initials():
+    text = (
+        "pt was seen by J. Chang, the pa on call; report given to Mary Hulse, RN. "
+        "wife Grace called at noon and was updated."
+    )
+    (got,) = found([("a", text)])
+    words = {w for w, _ in got}
+    assert {"J", "Chang", "Mary", "Hulse", "Grace"} <= words
+    assert ("J", "lists:neighbour") in got
+    assert not words & {"seen", "pa", "RN", "wife", "called", "noon"}
+
+
+def test_places_from_the_gazetteer_and_from_context_everywhere_in_the_corpus():
+    got = found(
+        [
+            ("a", "Pt transferred to GH for cath. Lives in Catonsville with wife."),
+            ("b", "Back from GH today; plan transfer to MICU."),
+            ("c", "converted to NSR, transferred to floor"),
+        ]
+    )
+    assert ("GH", "lists:context+lists:known") in got[0]
+    assert any(w == "Catonsville" and "lists:places" in src for w, src in got[0])
+    # Learnt from patient a's note, found in patient b's: site names recur across patients.
+    assert ("GH", "lists:known") in got[1]
+    assert not {w for w, _ in got[1] | got[2]} & {"MICU", "NSR", "floor"}
+
+
+def test_dictionary_results_do_not_depend_on_document_order():
+    notes = [
+        ("a", "Pt transferred to GH for cath; Marotta aware."),
+        ("b", "GH team saw pt. Mary Hulse, RN"),
+        *FILLER[:5],
+    ]
+    forward = found(notes)
+    backward = found(notes[::-1])
+    assert forward == backward[::-1]
+
+
+def test_lists_without_dictionaries_keeps_only_the_deny_list():
+    (got,) = found([("a", "per Marotta")], dictionaries_enabled=False)
+    assert got == set()
+
+
+def test_corpus_stats_count_patients_and_skip_null_notes():
+    stats = dictionaries.CorpusStats.of(
+        corpus([("a", "Levo on"), ("a", "levo off"), ("b", "levo"), ("c", None)])  # type: ignore[list-item]
+    )
+    counts = dict(stats.words.iter_rows())
+    assert counts["levo"] == 2 and counts["on"] == 1
+    assert stats.patients == 3
+    assert stats.rare_limit(0.03) == 2
+    assert dictionaries.CorpusStats(patients=1000, words=stats.words).rare_limit(0.03) == 30
+
+
+# -- Stanza ---------------------------------------------------------------------------------
+
+
+def stanza_doc(text: str, tagged: list[tuple[str, str]]):
+    """A Stanza Document built offline from (token, BIOES tag) pairs, located in ``text``."""
+    from stanza.models.common.doc import Document
+
+    tokens, at = [], 0
+    for i, (tok, tag) in enumerate(tagged, 1):
+        start = text.index(tok, at)
+        at = start + len(tok)
+        tokens.append({"id": i, "text": tok, "start_char": start, "end_char": at, "ner": tag})
+    return Document([tokens], text=text)
+
+
+def test_stanza_entities_become_spans_in_code_points():
+    text = "Zoë 😀 saw Jean Hulse at Towson General on 7/22 with pneumonia"
+    doc = stanza_doc(
+        text,
+        [
+            ("Zoë", "S-PERSON"),
+            ("😀", "O"),
+            ("saw", "O"),
+            ("Jean", "B-PERSON"),
+            ("Hulse", "E-PERSON"),
+            ("at", "O"),
+            ("Towson", "B-FAC"),
+            ("General", "E-FAC"),
+            ("on", "O"),
+            ("7/22", "S-DATE"),
+            ("with", "O"),
+            ("pneumonia", "S-PROBLEM"),
+        ],
+    )
+    spans = doc_spans(doc, offset=100)
+    got = [(text[s - 100 : e - 100], label) for s, e, label, _ in spans]
+    assert got == [
+        ("Zoë", "NAME"),
+        ("Jean Hulse", "NAME"),
+        ("Towson General", "LOCATION"),
+        ("7/22", "DATE"),
+    ]
+    assert "PROBLEM" not in LABELS
+
+
+def test_missing_stanza_models_name_the_download_command(tmp_path):
+    from phisieve.stanza_ner import StanzaRecognizer
+
+    with pytest.raises(ConfigError, match=r"stanza\.download\('en', package='mimic'") as e:
+        StanzaRecognizer(package="mimic", ner="i2b2", model_dir=tmp_path)
+    assert "never downloads" in str(e.value)
+    assert download_command() == (
+        "python -c \"import stanza; stanza.download('en', processors='tokenize,ner')\""
+    )
+
+
+def test_stanza_recognizer_in_detect_with_long_notes(monkeypatch):
+    """The recognizer over a stand-in pipeline that tags every "Hulse": windows of long notes
+    map back to note offsets, and duplicates from overlaps are dropped."""
+    import stanza
+
+    class Pipeline:
+        def __init__(self, lang, **kw):
+            assert kw["download_method"] is None
+            self.calls = 0
+
+        def bulk_process(self, docs):
+            self.calls += 1
+            out = []
+            for d in docs:
+                words = d.text.split(" ")
+                tagged = [(w, "S-PERSON" if w == "Hulse" else "O") for w in words if w]
+                out.append(stanza_doc(d.text, tagged))
+            return out
+
+    monkeypatch.setattr(stanza, "Pipeline", Pipeline)
+    long = "pt ok " * 5000 + "Hulse aware " + "pt ok " * 5000
+    texts = ["seen by Hulse", "", long]
+    table = detect(
+        pa.table({"doc_id": ["a", "b", "c"], "text": texts}),
+        recognizers=["stanza"],
+    )
+    spans = table.column("spans").to_pylist()
+    assert [(texts[0][s["start"] : s["end"]], s["source"]) for s in spans[0]] == [
+        ("Hulse", "stanza:NAME")
+    ]
+    assert spans[1] == []
+    assert [long[s["start"] : s["end"]] for s in spans[2]] == ["Hulse"]
+
+
+def test_stanza_not_installed_is_a_missing_dependency(monkeypatch):
+    from phisieve.errors import MissingDependencyError
+    from phisieve.stanza_ner import StanzaRecognizer
+
+    monkeypatch.setitem(sys.modules, "stanza", types.ModuleType("broken"))
+    monkeypatch.setitem(sys.modules, "stanza", None)
+    with pytest.raises(MissingDependencyError, match="phisieve\\[ner\\]"):
+        StanzaRecognizer()
