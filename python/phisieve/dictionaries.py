@@ -256,7 +256,7 @@ class CorpusStats:
         """Count the patients of every word of ``source`` (documents with ``text`` and
         ``patient_col``; without it, each document counts as its own patient)."""
         from .dataset import BatchSource, open_source
-        from .term_index import index
+        from .term_index import IndexReport, index
 
         src = open_source(source)
         col = patient_col if patient_col in src.schema.names else "doc_id"
@@ -279,18 +279,11 @@ class CorpusStats:
             src.name,
             src.num_rows,
         )
-        terms = pl.from_arrow(index(counted, k=1, ngram=1, patient_col=col))
+        report = IndexReport()
+        terms = pl.from_arrow(index(counted, k=1, ngram=1, patient_col=col, report=report))
         assert isinstance(terms, pl.DataFrame)
         words = terms.select(pl.col("term").alias("w"), pl.col("patients").cast(pl.Int64))
-        patients = int(terms.get_column("patients").max() or 0)
-        return cls(patients=max(patients, _count_patients(src, col)), words=words)
-
-
-def _count_patients(src: object, col: str) -> int:
-    seen: set[object] = set()
-    for b in src.batches([col]):  # type: ignore[attr-defined]
-        seen.update(b.column(0).to_pylist())
-    return len(seen)
+        return cls(patients=report.patients, words=words)
 
 
 def tokens(texts: pa.Array) -> pl.DataFrame:
@@ -484,11 +477,7 @@ def find(
     )
     parts = [_hits(names, "NAME", "lists:names", 0.7)]
     for n in range(1, 5):
-        grams = (
-            _ngrams(tok, n)
-            if n > 1
-            else tok.select("row", "i", pl.col("i").alias("last"), "s", "e", "w")
-        )
+        grams = _ngrams(tok, n)
         hits = grams.join(lex.places.filter(pl.col("words") == n), on="w", how="semi")
         if hits.height:
             vocab = tok.select("row", "i", "vocab")
@@ -506,7 +495,7 @@ def find(
     parts.append(_hits(ctx, "LOCATION", "lists:context", 0.6))
     if known_places is not None and known_places.height:
         for n in range(1, 5):
-            grams = _ngrams(tok, n) if n > 1 else tok.select("row", "i", "s", "e", "w")
+            grams = _ngrams(tok, n)
             hits = grams.join(known_places, on="w", how="semi")
             parts.append(_hits(hits, "LOCATION", "lists:known", 0.6))
     return pl.concat(parts)
