@@ -137,9 +137,12 @@ def test_physionet_default_recognizers_floor(physionet_dir):
     """rules + lists (the dictionaries) on the real notes: measured 0.885 / 0.705; issue 5's bar
     is 0.97 / 0.75, not met yet. Floors keep what is reached."""
     r = evaluate_corpus(physionet_dir)
-    assert r["span_recall"] >= 0.88 and r["char_precision"] >= 0.70
-    assert r["by_label"]["Location"]["recall"] >= 0.85
-    assert r["by_label"]["HCPName"]["recall"] >= 0.88
+    # The issue's bar (deid.pl: 0.967 / 0.765); measured 0.971 / 0.769.
+    assert r["span_recall"] >= 0.97 and r["char_precision"] >= 0.75
+    assert r["by_label"]["Location"]["recall"] >= 0.90
+    assert r["by_label"]["HCPName"]["recall"] >= 0.97
+    assert r["by_label"]["Date"]["recall"] >= 0.98
+    assert r["by_label"]["DateYear"]["recall"] >= 0.95
 
 
 def test_cli_detect_and_eval(physionet_dir, tmp_path, capsys):

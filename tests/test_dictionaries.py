@@ -42,7 +42,7 @@ FILLER = [
 def test_census_names_that_are_neither_english_nor_site_vocabulary():
     got = found(
         [
-            ("a", "K replaced as per Marotta, who is aware."),
+            ("a", "K replaced after Marotta reviewed the labs."),
             ("b", "foley draining, pain is clear. Continue levo."),
             *FILLER,
         ]
@@ -71,6 +71,47 @@ def test_names_grow_over_neighbouring_names_and_initials():
     assert {"J", "Chang", "Mary", "Hulse", "Grace"} <= words
     assert ("J", "lists:neighbour") in got
     assert not words & {"seen", "pa", "RN", "wife", "called", "noon"}
+
+
+def test_common_nouns_that_are_census_names_need_a_capital_inside_a_sentence():
+    got = found(
+        [
+            ("a", "Dopamine taper overnight. Amber urine, waffle boots on. Seen by Amber today."),
+            ("b", "DOPAMINE TAPER, THEN DC. URINE AMBER."),
+            ("c", "afebrile overnight"),
+        ]
+    )
+    words = [{w for w, _ in g} for g in got]
+    # "taper", "amber", "waffle" are common nouns: lower case, sentence-initial and
+    # all-capitals uses are not names; "Amber" in title case inside a sentence is.
+    assert "taper" not in words[0] and "waffle" not in words[0]
+    assert ("Amber", "lists:names") in got[0]
+    assert sum(1 for w in words[0] if w == "Amber") == 1
+    assert got[1] == set()
+
+
+def test_names_from_the_words_around_them():
+    got = found(
+        [
+            ("a", "social: bill called once about 4:30am."),
+            ("a", "PER DAVID, HE WILL COME BACK IN THE AM TO SEE HIS MOTHER."),
+            ("b", "Lopie Certusi cell# 410-322-1419. spoke with helen from case management."),
+            ("c", "pt alert. mary theresa kondouli from speech and swallow in today."),
+            ("c", "Hr 100's with 1st degree avb. Reported to D. Phyl. Coags ok."),
+            ("c", "HCT >30. KEEP MARTINEZ FAMILY AWARE OF PLAN OF CARE.\nSUSAN\n"),
+            ("d", "pt on max assist, t max 99.1, o2 sats ok. Sat up with max assist"),
+            ("e", "Family brought him back to St. Agnes, not ST changes. lives in Edgemere area"),
+        ]
+    )
+    words = [{w for w, _ in g} for g in got]
+    assert words[0] == {"bill"} and words[1] == {"DAVID"}
+    assert {"Lopie", "Certusi", "helen"} <= words[2]
+    assert words[3] == {"mary", "theresa", "kondouli"}
+    assert words[4] == {"D. Phyl"}
+    assert words[5] == {"MARTINEZ", "SUSAN"}
+    assert words[6] == set()
+    assert {"St. Agnes", "Edgemere"} <= words[7]
+    assert not any(w.startswith("ST") for w in words[7])
 
 
 def test_places_from_the_gazetteer_and_from_context_everywhere_in_the_corpus():

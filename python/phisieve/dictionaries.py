@@ -42,6 +42,13 @@ MAX_ZIPF = 3.5
 """Words at least this frequent in English (Zipf scale: 3.5 is about 3 per million words) are
 vocabulary, not dictionary names or places."""
 
+UNKNOWN_ZIPF = 2.5
+"""Words rarer than this in English and in no dictionary are unknown: names next to a name."""
+
+PLACE_MAX_ZIPF = 5.0
+"""Place names at least this frequent in English are never flagged ("Washington" is 4.9, and
+flagged only after a preposition, with a capital)."""
+
 RARE_SHARE = 0.03
 """Words used by more than this share of the corpus's patients (and by more than 2) are site
 vocabulary, not names."""
@@ -116,9 +123,31 @@ NOT_NEIGHBOURS = _words(
     he she his her him they them we you me my our your this that who called aware here there
     husband wife son sons daughter daughters brother brothers sister sisters mother father
     friend friends family niece nephew aunt uncle cousin grandson granddaughter grandaughter
-    patient pt md rn np pa dr doctor nurse team
+    patient pt md rn np pa dr doctor nurse team max eve ok flo dia ma asa peg aline numbers
+    po ho iv cipro page mon tue wed thu fri sat sun
     """
 )
+
+# A first name is a name, however common a word it is, before a verb people do in notes
+# ("bill called", "DAVID IS SPEAKING") or after "per", "spoke with" and the like.
+_NAME_BEFORE = _words(
+    """
+    called calls phoned phones visited visits spoke speaks aware notified said says stated
+    states updated
+    """
+)
+# Weaker: only after a first name ("DAVID IS SPEAKING").
+_NAME_BEFORE_WEAK = _words("is was will has does here came left brought")
+_CONTACT_WORDS = _words("cell phone home work pager beeper tel mobile")
+_NAME_AFTER = _words("per contacted contacts paged notified informed told asked")
+_NAME_AFTER_WITH = _words(
+    """
+    spoke speak speaking talked talk met meeting consult consulted work working discussed
+    made conference
+    """
+)
+
+_PLACE_PREPOSITIONS = _words("from to in at near of")
 
 # "<verb> to X", "<verb> from X", "lives in X": X is a place unless it is vocabulary.
 _PLACE_TRIGGERS = {
@@ -195,6 +224,22 @@ def _places() -> set[str]:
     return {c.replace(".", "").replace("-", " ") for c in cities} | set(STATES)
 
 
+def _english() -> pl.DataFrame:
+    """Webster's Second (web2) lower-case entries: ``w`` and ``proper`` (the word is also an
+    entry with a capital: "bill", "laurel"). Without ``proper`` it is a common word ("taper",
+    "amber"), a name only with evidence."""
+    try:
+        from english_words import get_english_words_set
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError(
+            "the dictionaries need the `english-words` package: pip install english-words"
+        ) from None
+    web2 = get_english_words_set(["web2"], lower=False, alpha=True)
+    proper = {w.lower() for w in web2 if not w.islower()}
+    lower = sorted(w for w in web2 if w.islower())
+    return pl.DataFrame({"w": lower, "proper": [w in proper for w in lower]})
+
+
 def _zipf() -> pl.DataFrame:
     try:
         import wordfreq
@@ -219,6 +264,8 @@ class Lexicon:
     """``w`` (one to four words joined by spaces), ``words`` (how many)."""
     zipf: pl.DataFrame
     """``w``, ``zipf``: English word frequency on the Zipf scale (absent: rare)."""
+    english: pl.DataFrame
+    """``w``, ``proper``: dictionary words (:func:`_english`)."""
 
 
 @functools.cache
@@ -236,7 +283,7 @@ def lexicon() -> Lexicon:
         words=pl.col("w").str.count_matches(" ").cast(pl.Int32) + 1
     )
     places = places.filter(pl.col("words") <= 4)
-    return Lexicon(names=names, places=places, zipf=_zipf())
+    return Lexicon(names=names, places=places, zipf=_zipf(), english=_english())
 
 
 @dataclass
@@ -286,11 +333,16 @@ class CorpusStats:
         return cls(patients=report.patients, words=words)
 
 
+_BREAKS = np.array([ord(c) for c in ".!?:;\n"], dtype=np.uint32)
+
+
 def tokens(texts: pa.Array) -> pl.DataFrame:
     """One row per word: ``row``, ``i`` (word index), ``s``/``e`` (code points), ``w``
     (normalised), ``cap`` (written in title case in a note that uses capitals as prose does;
-    null in all-capitals and all-lower-case notes), ``gap`` (characters between the previous
-    word and this one) and ``dot`` (the first of them is a period). Linear in the text length."""
+    null in all-capitals and all-lower-case notes), ``upper`` (all capitals in such a note),
+    ``gap`` (characters between the previous
+    word and this one), ``dot`` (the first of them is a period) and ``brk`` (a sentence or
+    line starts with this word). Linear in the text length."""
     starts, ends, words = tokenize(texts)
     raw = tokenize(texts, normalize="none").column(2)
     tok = pl.from_arrow(
@@ -321,6 +373,10 @@ def tokens(texts: pa.Array) -> pl.DataFrame:
             (first != first.str.to_lowercase())
             & ((raw_word.str.len_chars() == 1) | (raw_word != raw_word.str.to_uppercase()))
         ),
+        # All capitals in such a note: an acronym ("MA", "ASA").
+        upper=pl.when(pl.col("mixed")).then(
+            (raw_word.str.len_chars() > 1) & (raw_word == raw_word.str.to_uppercase())
+        ),
         gap=(pl.col("s") - prev_end),
     )
     # The character after the previous word, read from the notes' code points (a string
@@ -331,8 +387,18 @@ def tokens(texts: pa.Array) -> pl.DataFrame:
     rows = tok.get_column("row").to_numpy()
     after = (tok.get_column("e").shift(1).fill_null(0).to_numpy() + base[rows]).astype(np.int64)
     after = np.minimum(after, max(len(cps) - 1, 0))
-    dot = cps[after] == ord(".") if len(cps) else np.zeros(len(after), dtype=bool)
-    tok = tok.with_columns(dot=(pl.col("gap") > 0) & pl.Series(dot))
+    if len(cps):
+        first_sep = cps[after]
+        before = np.maximum(tok.get_column("s").to_numpy() + base[rows] - 1, 0).astype(np.int64)
+        dot = first_sep == ord(".")
+        # A sentence or line starts here: a capital says nothing about the word.
+        brk = np.isin(first_sep, _BREAKS) | (cps[before] == ord("\n"))
+    else:
+        dot = brk = np.zeros(len(after), dtype=bool)
+    tok = tok.with_columns(
+        dot=(pl.col("gap") > 0) & pl.Series(dot),
+        brk=(pl.col("i") == 0) | ((pl.col("gap") > 0) & pl.Series(brk)),
+    )
     return tok.drop("raw", "mixed").with_columns(pl.col("row").cast(pl.Int64))
 
 
@@ -369,9 +435,15 @@ def features(
     max_zipf: float,
     rare_share: float,
 ) -> pl.DataFrame:
-    """Add ``first``, ``last``, ``zipf``, ``patients`` and ``vocab`` (an everyday English
-    word, a word common in this corpus, a hospital unit, or not alphabetic) to ``tokens``."""
-    tok = tok.join(lex.names, on="w", how="left").join(lex.zipf, on="w", how="left")
+    """Add ``first``, ``last``, ``zipf``, ``patients``, ``word`` (a dictionary word), ``noun``
+    (a dictionary word that is never a proper noun) and ``vocab`` (an everyday English word, a
+    word common in this corpus, a hospital unit, or not alphabetic) to ``tokens``."""
+    english = lex.english.with_columns(word=pl.lit(True))
+    tok = (
+        tok.join(lex.names, on="w", how="left")
+        .join(lex.zipf, on="w", how="left")
+        .join(english, on="w", how="left")
+    )
     if stats is not None:
         tok = tok.join(stats.words, on="w", how="left")
         common = pl.col("patients").fill_null(0) > stats.rare_limit(rare_share)
@@ -385,14 +457,19 @@ def features(
             pl.lit(max_zipf, pl.Float32).alias("max_zipf"),
             pl.col("first").fill_null(False),
             pl.col("last").fill_null(False),
+            pl.col("word").fill_null(False),
+            (pl.col("word").fill_null(False) & ~pl.col("proper").fill_null(False)).alias("noun"),
             pl.col("zipf").fill_null(0.0),
         )
         .with_columns(
-            vocab=(pl.col("zipf") >= max_zipf)
-            | common
-            | pl.col("w").is_in(list(UNITS))
+            unit=pl.col("w").is_in(list(UNITS))
             | pl.col("w").is_in(list(EPONYMS))
             | ~pl.col("w").str.contains(r"^\p{L}+$")
+        )
+        .with_columns(
+            vocab=(pl.col("zipf") >= max_zipf) | common | pl.col("unit"),
+            # A place name is PHI however often the site's notes name it ("Baltimore"): only
+            # common words ("bath", "mobile") and very frequent ones are not places.
         )
     )
 
@@ -406,6 +483,109 @@ def _hits(frame: pl.DataFrame, label: str, source: str, score: float) -> pl.Data
         pl.lit(source).alias("source"),
         pl.lit(score, pl.Float32).alias("score"),
     )
+
+
+def _unknown() -> pl.Expr:
+    """A word in no dictionary, rare in English and in the corpus: a name next to a name."""
+    return (
+        pl.col("w").str.contains(r"^\p{L}{3,}$")
+        & ~pl.col("word")
+        & (pl.col("zipf") < UNKNOWN_ZIPF)
+        & ~pl.col("vocab")
+    )
+
+
+def context_names(tok: pl.DataFrame) -> pl.DataFrame:
+    """Names however common a word they are, where the words around them say a person, as
+    ``row``, ``s``, ``e``:
+
+    * a name before a verb of calling or visiting ("bill called", "Sullivan phoned"); a
+      first name before "is", "was"... ("DAVID IS SPEAKING");
+      a first name, or a surname written with a capital, after "per" or "spoke with";
+    * a name or unknown word before "cell", "phone", "home"... (a contact list);
+    * a name before "family" ("KEEP MARTINEZ FAMILY AWARE");
+    * two names in a row, one of them a first name ("mary theresa"); an unknown word joined
+      to a first name by "and" ("suzette and ank");
+    * an initial with its period before a capitalised word that is not vocabulary ("D. Phyl");
+    * the last line of a note when it is one to three names (a signature: "... SUSAN").
+    """
+    nxt = pl.col("w").shift(-1).over("row")
+    prv = pl.col("w").shift(1).over("row")
+    prv2 = pl.col("w").shift(2).over("row")
+    near = (pl.col("gap").shift(-1).over("row").fill_null(0) <= 2) & (pl.col("gap") <= 2)
+    titled = pl.col("cap").fill_null(False)
+    usable = (
+        (pl.col("zipf") < 5.3)
+        & ~pl.col("noun")
+        & ~pl.col("w").is_in(list(NOT_NEIGHBOURS | UNITS | EPONYMS))
+        # An acronym in a note that uses capitals is not a name ("MA", "ASA").
+        & ~pl.col("upper").fill_null(False)
+    )
+    tok = tok.with_columns(usable=usable, unknown=_unknown()).with_columns(
+        person=(pl.col("first") | (pl.col("last") & titled)) & pl.col("usable"),
+        caller=(pl.col("first") | pl.col("last"))
+        & pl.col("usable")
+        & pl.col("cap").fill_null(True),
+        named=(pl.col("first") | pl.col("last")) & pl.col("usable"),
+    )
+    context = (
+        (pl.col("caller") & nxt.is_in(list(_NAME_BEFORE)))
+        | (pl.col("first") & pl.col("usable") & nxt.is_in(list(_NAME_BEFORE_WEAK)))
+        | (
+            pl.col("person")
+            & (
+                prv.is_in(list(_NAME_AFTER))
+                | ((prv == "with") & prv2.is_in(list(_NAME_AFTER_WITH)))
+            )
+        )
+    )
+    family = (nxt == "family") & (pl.col("first") | pl.col("last")) & pl.col("usable")
+    # "suzette and ank": an unknown word joined to a first name by "and".
+    joined = (
+        pl.col("unknown")
+        & (prv == "and")
+        & pl.col("first").shift(2).over("row")
+        & pl.col("usable").shift(2).over("row")
+    )
+    # A contact list: "Lopie Certusi cell# ...", "Hank Przybylo (son) home 555-...".
+    contact = (
+        nxt.is_in(list(_CONTACT_WORDS))
+        & (pl.col("first") | pl.col("last") | pl.col("unknown"))
+        & pl.col("cap").fill_null(True)
+        & ~pl.col("noun")
+        & ~pl.col("upper").fill_null(False)
+    )
+    next_named = pl.col("named").shift(-1).over("row") & (pl.col("gap").shift(-1).over("row") == 1)
+    prev_named = pl.col("named").shift(1).over("row") & (pl.col("gap") == 1)
+    either_first = pl.col("first") | pl.col("first").shift(-1).over("row")
+    pair = pl.col("named") & ((next_named & either_first) | prev_named)
+    spans = [
+        tok.filter(((context | family | contact | joined) & near).fill_null(False)),
+        tok.filter(pair.fill_null(False)),
+    ]
+    # "D. Phyl": the initial and the word.
+    initial = pl.col("w").str.contains(r"^\p{L}$") & titled
+    after_dot = (pl.col("gap").shift(-1).over("row") == 2) & pl.col("dot").shift(-1).over("row")
+    word_after = (
+        pl.col("cap").shift(-1).over("row").fill_null(False)
+        & ~pl.col("vocab").shift(-1).over("row")
+        & ~pl.col("noun").shift(-1).over("row")
+    )
+    spans.append(
+        tok.filter((initial & after_dot & word_after).fill_null(False))
+        .select("row", "s", "i")
+        .join(tok.select("row", (pl.col("i") - 1).alias("i"), "e"), on=["row", "i"])
+    )
+    # A signature: the note's last line holds one to three names.
+    line = pl.col("brk").cast(pl.Int32).cum_sum().over("row")
+    sig = tok.filter(line == line.max().over("row"))
+    sig = sig.filter(
+        (pl.len().over("row") <= 3)
+        & ((pl.col("first") | pl.col("last")) & pl.col("usable")).all().over("row")
+        & (pl.col("i") > 0).all().over("row")
+    )
+    spans.append(sig)
+    return pl.concat([f.select("row", "s", "e") for f in spans])
 
 
 def context_places(tok: pl.DataFrame, max_words: int = 3) -> pl.DataFrame:
@@ -470,12 +650,18 @@ def find(
     """
     # A census name that is not vocabulary; or a first name that is also a word of middling
     # frequency ("Helen", "Nancy"), written with a capital in a note that uses capitals.
+    # A census name that is also a common noun ("Amber", "Taper") counts only where the
+    # capital is evidence: title case inside a sentence of a note that uses capitals.
     cap = pl.col("cap").fill_null(True)
+    titled = pl.col("cap").fill_null(False) & ~pl.col("brk")
     names = tok.filter(
-        ((pl.col("first") | pl.col("last")) & ~pl.col("vocab") & cap)
+        ((pl.col("first") | pl.col("last")) & ~pl.col("vocab") & cap & (~pl.col("noun") | titled))
         | (pl.col("first") & (pl.col("zipf") < 4.8) & pl.col("cap").fill_null(False))
     )
-    parts = [_hits(names, "NAME", "lists:names", 0.7)]
+    parts = [
+        _hits(names, "NAME", "lists:names", 0.7),
+        _hits(context_names(tok), "NAME", "lists:context", 0.6),
+    ]
     for n in range(1, 5):
         grams = _ngrams(tok, n)
         hits = grams.join(lex.places.filter(pl.col("words") == n), on="w", how="semi")
@@ -493,6 +679,52 @@ def find(
             parts.append(_hits(spans.filter(~pl.col("vocab")), "LOCATION", "lists:places", 0.6))
     ctx = context_places(tok)
     parts.append(_hits(ctx, "LOCATION", "lists:context", 0.6))
+    # A well-known place, too frequent in English for the rule above, written with a capital
+    # after "from", "to", "in"... ("Sister called from Seattle").
+    prev = pl.col("w").shift(1).over("row")
+    titled_place = tok.join(lex.places.filter(pl.col("words") == 1).select("w"), on="w", how="semi")
+    named = tok.filter(
+        pl.col("cap").fill_null(False)
+        & ~pl.col("brk")
+        & ~pl.col("noun")
+        & (pl.col("zipf") < PLACE_MAX_ZIPF)
+        & ~pl.col("unit")
+        & prev.is_in(list(_PLACE_PREPOSITIONS)).fill_null(False)
+        & (pl.col("gap") == 1)
+    ).join(titled_place.select("row", "i"), on=["row", "i"], how="semi")
+    parts.append(_hits(named, "LOCATION", "lists:places", 0.6))
+    # A saint's name is a hospital or a home ("St. Agnes", "ST MARY'S", "St A."); "ST
+    # changes" is not.
+    saint = tok.select(
+        "row",
+        "s",
+        pl.col("e").shift(-1).over("row").alias("e"),
+        pl.col("w").is_in(["st", "saint"]).alias("st"),
+        pl.col("first").shift(-1).over("row").alias("next_first"),
+        pl.col("noun").shift(-1).over("row").alias("next_noun"),
+        pl.col("gap").shift(-1).over("row").alias("next_gap"),
+        pl.col("dot").shift(-1).over("row").alias("next_dot"),
+        (
+            pl.col("w").shift(-1).over("row").str.contains(r"^\p{L}$")
+            & pl.col("cap").shift(-1).over("row").fill_null(True)
+            & pl.col("dot").shift(-2).over("row").fill_null(False)
+        ).alias("next_initial"),
+    ).filter(
+        pl.col("st")
+        & (pl.col("next_first") | pl.col("next_initial"))
+        & ~pl.col("next_noun")
+        & ((pl.col("next_gap") == 1) | ((pl.col("next_gap") == 2) & pl.col("next_dot")))
+    )
+    parts.append(_hits(saint, "LOCATION", "lists:places", 0.6))
+    # "in Edgemere area": a capitalised word that is not vocabulary before "area".
+    area = tok.filter(
+        (pl.col("w").shift(-1).over("row") == "area")
+        & pl.col("cap").fill_null(False)
+        & ~pl.col("brk")
+        & ~pl.col("vocab")
+        & ~pl.col("noun")
+    )
+    parts.append(_hits(area, "LOCATION", "lists:places", 0.6))
     if known_places is not None and known_places.height:
         for n in range(1, 5):
             grams = _ngrams(tok, n)
@@ -564,22 +796,39 @@ def _covering(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def confirm_names(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Drop rule NAME spans ("Dr. X", "wife X") whose words are all everyday English and not
-    census names."""
-    is_name = pl.col("label").str.contains("NAME") & pl.col("source").str.starts_with("rules:")
+    """Drop rule spans that are plain words: NAME spans ("Dr. X", "wife X") whose words are
+    all everyday English and not census names ("Dr. recommended", "wife phoned"), and places
+    before a facility word written in lower case as English in a note that uses capitals
+    ("was transfered from Memorial Hospital", "ready for rehab")."""
+    rule = pl.col("source").str.starts_with("rules:")
+    is_name = pl.col("label").str.contains("NAME") & rule
+    is_place = (pl.col("label") == "LOCATION") & rule
     spans = spans.with_row_index("k")
-    names = spans.filter(is_name)
-    if names.height == 0 or tok.height == 0:
+    checked = spans.filter(is_name | is_place)
+    if checked.height == 0 or tok.height == 0:
         return spans.drop("k")
-    words = _covering(tok, names).join(tok, on=["row", "i"])
-    wordy = ~pl.col("first") & ~pl.col("last") & (pl.col("zipf") >= 3.0)
-    drop = words.group_by("k").agg(wordy.all().alias("drop")).filter("drop")
+    words = (
+        _covering(tok, checked)
+        .join(tok, on=["row", "i"])
+        .join(checked.select("k", "label"), on="k")
+    )
+    # A word with a capital that is not in the dictionary stays a name ("son Vladimir").
+    english = (pl.col("zipf") >= 3.0) & ~(
+        pl.col("cap").fill_null(False) & ~pl.col("word") & (pl.col("zipf") < 4.5)
+    )
+    wordy = (
+        pl.when(pl.col("label") == "LOCATION")
+        .then((english | pl.col("word")) & ~pl.col("cap") & ~pl.col("upper").fill_null(False))
+        .otherwise(~pl.col("first") & ~pl.col("last") & english)
+    )
+    drop = words.group_by("k").agg(wordy.fill_null(False).all().alias("drop")).filter("drop")
     return spans.join(drop.select("k"), on="k", how="anti").drop("k")
 
 
 def extend_names(tok: pl.DataFrame, spans: pl.DataFrame, rounds: int = 3) -> pl.DataFrame:
-    """Grow NAME spans over neighbouring census names ("Mary" in "Mary Hulse") and initials
-    ("J." in "J. Chang"): the extra words as span rows (``lists:neighbour``)."""
+    """Grow NAME spans over neighbouring census names ("Mary" in "Mary Hulse"), words in no
+    dictionary ("Cetrone" in "Nancy Cetrone") and initials ("J." in "J. Chang"): the extra
+    words as span rows (``lists:neighbour``)."""
     names = spans.filter(pl.col("label").str.contains("NAME"))
     if names.height == 0 or tok.height == 0:
         return spans.clear()
@@ -591,9 +840,12 @@ def extend_names(tok: pl.DataFrame, spans: pl.DataFrame, rounds: int = 3) -> pl.
         & pl.col("w").str.contains(r"^\p{L}+$")
         & ~pl.col("w").is_in(list(NOT_NEIGHBOURS))
     )
+    # A word in no dictionary, rare in English and in the corpus, is a surname next to a name
+    # ("Nancy Cetrone", "Karen Ann Yanulis").
+    unknown = _unknown()
     initial = pl.col("w").str.contains(r"^\p{L}$")
     cand = tok.with_columns(
-        nameish=(nameish | initial) & pl.col("cap").fill_null(True),
+        nameish=(nameish | unknown | initial) & pl.col("cap").fill_null(True),
         initial=initial,
         next_dot=pl.col("dot").shift(-1).over("row"),
         next_gap=pl.col("gap").shift(-1).over("row"),
@@ -606,8 +858,12 @@ def extend_names(tok: pl.DataFrame, spans: pl.DataFrame, rounds: int = 3) -> pl.
         )
         prev_cov = pl.col("covered").shift(1).over("row").fill_null(False)
         next_cov = pl.col("covered").shift(-1).over("row").fill_null(False)
-        close_prev = (pl.col("gap") == 1) | ((pl.col("gap") == 2) & pl.col("dot"))
-        close_next = (pl.col("next_gap") == 1) | ((pl.col("next_gap") == 2) & pl.col("next_dot"))
+        # ". " joins words only after an initial ("J. Chang"), not across sentences.
+        prev_initial = pl.col("initial").shift(1).over("row").fill_null(False)
+        close_prev = (pl.col("gap") == 1) | ((pl.col("gap") == 2) & pl.col("dot") & prev_initial)
+        close_next = (pl.col("next_gap") == 1) | (
+            (pl.col("next_gap") == 2) & pl.col("next_dot") & pl.col("initial")
+        )
         # An initial joins a name only when written with its period ("J. Chang").
         ok = pl.col("nameish") & (
             ~pl.col("initial") | pl.col("next_dot").fill_null(False) | pl.col("dot")

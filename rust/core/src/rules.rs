@@ -72,24 +72,116 @@ fn month_day_ok(m: u32, d: u32) -> bool {
     (1..=12).contains(&m) && (1..=31).contains(&d)
 }
 
-/// No digit, slash or period glued to either side (`1/2/3`, `3.5/10` are not dates).
+/// No digit, slash or period glued to either side, no percent after (`1/2/3`, `3.5/10`,
+/// `5/40%` are not dates).
 fn isolated(text: &str, s: usize, e: usize) -> bool {
     let b = text.as_bytes();
     let bad = |c: u8| c.is_ascii_digit() || c == b'/' || c == b'.';
     let before = s == 0 || !bad(b[s - 1]);
-    let after = e >= b.len() || !(b[e].is_ascii_digit() || b[e] == b'/');
+    let after = e >= b.len() || !(b[e].is_ascii_digit() || b[e] == b'/' || b[e] == b'%');
     before && after
+}
+
+/// Up to `n` lower-case words before `s` and after `e` (letters, digits and `/`).
+fn context_words(text: &str, s: usize, e: usize, n: usize) -> (Vec<String>, Vec<String>) {
+    let split = |t: &str| -> Vec<String> {
+        t.split(|c: char| !(c.is_alphanumeric() || c == '/' || c == '%'))
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let boundary = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start = boundary(s.saturating_sub(40));
+    let end = boundary((e + 30).min(text.len()));
+    let mut before = split(&text[start..s]);
+    before.reverse();
+    before.truncate(n);
+    let mut after = split(&text[e..end]);
+    after.truncate(n);
+    (before, after)
+}
+
+/// `m/d` in a ventilator setting ("PSV 10/5", "cpap 5/5 40%"), a cardiac output pair
+/// ("co/ci 5/2.7") or a pain score ("c/o 3/10 pain") is not a date.
+fn setting_or_score(text: &str, s: usize, e: usize) -> bool {
+    const VENT: [&str; 22] = [
+        "psv",
+        "ps",
+        "pv",
+        "cpap",
+        "bipap",
+        "bi",
+        "peep",
+        "vent",
+        "simv",
+        "imv",
+        "flowby",
+        "flow",
+        "co/ci",
+        "co/ci/svr",
+        "ps/",
+        "/ps",
+        "imv/",
+        "trial",
+        "ventilation",
+        "mask",
+        "cpap/ps",
+        "settings",
+    ];
+    const AFTER: [&str; 9] = [
+        "peep", "psv", "ps", "cpap", "bipap", "fio2", "%", "pressure", "support",
+    ];
+    const PAIN: [&str; 7] = ["pain", "cp", "c/o", "angina", "discomfort", "scale", "ha"];
+    let (before, after) = context_words(text, s, e, 3);
+    let has = |words: &[String], set: &[&str]| words.iter().any(|w| set.contains(&w.as_str()));
+    // "co/ci 5/2.7": a cardiac index, not "11/21.93".
+    let small = numbers(&text[s..e]).last().is_some_and(|&d| d < 13);
+    let glued_decimal = small
+        && text[e..].starts_with('.')
+        && text[e + 1..].starts_with(|c: char| c.is_ascii_digit());
+    let out_of_ten = text[s..e].ends_with("/10");
+    has(&before, &VENT)
+        || after
+            .first()
+            .is_some_and(|w| AFTER.contains(&w.as_str()) || w.ends_with('%'))
+        || glued_decimal
+        || (out_of_ten && (has(&before, &PAIN) || has(&after[..after.len().min(2)], &PAIN)))
 }
 
 fn check_md(text: &str, s: usize, e: usize) -> bool {
     let n = numbers(&text[s..e]);
     let fraction = n.len() == 2 && n[0] < n[1] && n[1] <= 4; // 1/2, 2/3, 3/4
-    n.len() == 2 && !fraction && month_day_ok(n[0], n[1]) && isolated(text, s, e)
+    n.len() == 2
+        && !fraction
+        && month_day_ok(n[0], n[1])
+        && isolated(text, s, e)
+        && !setting_or_score(text, s, e)
 }
 
 fn check_mdy(text: &str, s: usize, e: usize) -> bool {
     let n = numbers(&text[s..e]);
     n.len() == 3 && month_day_ok(n[0], n[1]) && isolated(text, s, e)
+}
+
+/// `8/87`: a month and a two-digit year that cannot be a day (32-99).
+fn check_my(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    n.len() == 2 && (1..=12).contains(&n[0]) && n[1] >= 32 && isolated(text, s, e)
+}
+
+/// A year after a medical event ("CABG 81", "MI 1992"): not glued to more numbers, not a
+/// quantity, and not a two-digit calcium level ("Ca 10").
+fn check_event_year(text: &str, s: usize, e: usize) -> bool {
+    let b = text.as_bytes();
+    let decimal = e + 1 < b.len() && b[e] == b'.' && b[e + 1].is_ascii_digit();
+    let before = text[..s].trim_end_matches(['\'', ' ', '\t']).to_lowercase();
+    let calcium = e - s == 2 && before.ends_with("ca");
+    isolated(text, s, e) && !decimal && !calcium && check_year(text, s, e)
 }
 
 fn check_ymd(text: &str, s: usize, e: usize) -> bool {
@@ -104,7 +196,7 @@ fn check_day(text: &str, s: usize, e: usize) -> bool {
 }
 
 /// A year: not a military time on the hour (`in 1900` is 7 pm more often than 1900), not a
-/// quantity (`in 20 min`, `in 60's`, `in 72.5`).
+/// quantity (`in 20 min`, `in 60's`, `in 72.5`); a period after it may end the sentence.
 fn check_year(text: &str, s: usize, e: usize) -> bool {
     let digits: String = text[s..e].chars().filter(char::is_ascii_digit).collect();
     if digits.len() == 4 && digits.ends_with("00") {
@@ -112,10 +204,12 @@ fn check_year(text: &str, s: usize, e: usize) -> bool {
     }
     let rest = text[e..].trim_start_matches('\'');
     let next = rest.trim_start().to_lowercase();
-    let glued = rest
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_alphanumeric() || ".%/".contains(c));
+    let mut chars = rest.chars();
+    let glued = chars.next().is_some_and(|c| {
+        c.is_alphanumeric()
+            || "%/".contains(c)
+            || (c == '.' && chars.next().is_some_and(|d| d.is_ascii_digit()))
+    });
     const UNITS: [&str; 16] = [
         "min", "mg", "mcg", "cc", "ml", "hr", "hour", "sec", "unit", "meq", "mm", "%", "l ",
         "liter", "breath", "day",
@@ -133,6 +227,40 @@ fn check_name(text: &str, s: usize, e: usize) -> bool {
     !not_names().contains(w.as_str()) && w.chars().any(char::is_alphabetic)
 }
 
+/// A name after a title or relation word: not across a sentence end ("Dr. Vasquez. Lungs"
+/// ends at the period; "Dr. J. Chang" does not), and not after "NP" meaning nasal prongs
+/// ("2L NP sats").
+fn check_name_after(text: &str, s: usize, e: usize) -> bool {
+    // An initial with its period after a title ("Mr. S. remained").
+    let initial = e - s == 1
+        && text[s..e].chars().all(|c| c.is_ascii_uppercase())
+        && text[e..].starts_with('.');
+    let before = text[..s].trim_end_matches([' ', '\t']);
+    if let Some(head) = before.strip_suffix('.') {
+        let word: String = head
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphabetic() || *c == '\'')
+            .collect();
+        let word: String = word.chars().rev().collect::<String>().to_lowercase();
+        let title = ["dr", "drs", "mr", "mrs", "ms", "st", "np"].contains(&word.as_str());
+        if word.chars().count() > 1 && !title {
+            return false;
+        }
+    }
+    let lower = before.trim_end_matches('.').to_lowercase();
+    if let Some(head) = lower.strip_suffix("np") {
+        let head = head.trim_end();
+        let litres = head
+            .strip_suffix('l')
+            .is_some_and(|h| h.trim_end().ends_with(|c: char| c.is_ascii_digit()));
+        if litres || head.ends_with("hour") || head.ends_with("on") {
+            return false;
+        }
+    }
+    initial || check_name(text, s, e)
+}
+
 /// A place word: not a function or clinical word, not a care-level word ("the ICU hospital").
 fn check_place(text: &str, s: usize, e: usize) -> bool {
     let w = text[s..e].trim_end_matches('.').to_lowercase();
@@ -141,10 +269,14 @@ fn check_place(text: &str, s: usize, e: usize) -> bool {
     const NOT_PLACES: &str = "general local outside community state area her his their an \
         cardiac pulmonary acute go going went admitted admit transfer transferred screened \
         screening rescreened re-screened evening morning tolerating discharged discharge dc \
-        awaiting await begin continue cont con't shelter husband wife past evaluate eval \
+        awaiting await begin continue cont con't homeless shelter husband wife past evaluate eval \
         evaluated leave possible poss start early completed prev previous nursing scheduled \
         house require requires required the a c t for inpatient outpatient rehab hospital \
         anxiously frequently occlusion beigng geri psych psychiatric vna";
+    // "lives in DC": the capitals tell the place from "d/c" (discharge).
+    if &text[s..e] == "DC" {
+        return text[..s].to_lowercase().trim_end().ends_with(" in");
+    }
     let is_prefix = ["st", "saint", "mt", "mount"].contains(&w.as_str());
     is_prefix || (!NOT_PLACES.split_whitespace().any(|n| n == w) && check_name(text, s, e))
 }
@@ -165,7 +297,18 @@ const RELATIONS: &str = "wife|husband|son|sons|daughter|daughters|dtr|sister|sis
     brothers|mother|father|mom|dad|niece|nephew|aunt|uncle|grandson|granddaughter|grandaughter|\
     grand daughter|grandchild|friend|proxy|hcp|neighbor|neighbour|cousin|fiance|fiancee|partner|\
     spouse|sibling|stepson|stepdaughter|son-in-law|daughter-in-law|caregiver|guardian";
-const NAME: &str = r"[\p{L}][\p{L}'\-]*";
+// Events a past medical history dates with a year ("CABG 81", "MI '92", "CVA 2004").
+const EVENTS: &str = "mi|ami|imi|nstemi|stemi|cva|tia|cabg|ptca|pci|stent|stents|avr|mvr|tvr|\
+    ppm|aicd|icd|dx|dx'd|diagnosed|chf|dvt|ca|cancer|surgery|repair|chole|cholecystectomy|tah|\
+    bso|hysterectomy|mastectomy|lumpectomy|nephrectomy|thr|tkr|orif|fx|amputation|bka|aka|redo|\
+    xrt|chemo|transplant|appy|appendectomy|colectomy|laminectomy|craniotomy|pacemaker|pacer|\
+    angioplasty|bypass|stroke|ablation|replacement|resection|biopsy|radiation|mva";
+// Month names that are dates after a day number; "mar" (medication record), "dec"
+// (decrease) and "may" are too often words.
+const DAY_MONTHS: &str = "jan(?:uary)?|feb(?:ruary)?|march|apr(?:il)?|june?|july?|aug(?:ust)?|\
+    sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|december";
+// A name word: an apostrophe only inside a name ("O'Rourke"), not a possessive ("Smith's").
+const NAME: &str = r"[\p{L}][\p{L}\-]*(?:'\p{L}{2,}[\p{L}\-]*)?";
 
 fn rules() -> &'static [Rule] {
     static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
@@ -181,7 +324,16 @@ fn rules() -> &'static [Rule] {
             // Dates. Times (10:30, 1030, 7a-7p) have no slash and no month: never matched.
             rule("date_mdy", "DATE", 0.95, r"\b\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})\b", check_mdy),
             rule("date_ymd", "DATE", 0.95, r"\b(?:1[89]|2[01])\d{2}-\d{1,2}-\d{1,2}\b", check_ymd),
+            // A letter may be glued before a full date ("on10/14/82").
+            rule(
+                "date_mdy_glued",
+                "DATE",
+                0.9,
+                r"(?i)[a-z](?P<phi>\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2}))\b",
+                check_mdy,
+            ),
             rule("date_md", "DATE", 0.7, r"\b\d{1,2}/\d{1,2}\b", check_md),
+            rule("date_my2", "DATE", 0.75, r"\b\d{1,2}/\d{2}\b", check_my),
             rule("date_my", "DATE", 0.8, r"\b\d{1,2}/(?:19|20)\d{2}\b", always),
             rule(
                 "date_month",
@@ -219,13 +371,44 @@ fn rules() -> &'static [Rule] {
                 r"(?i)(?:\b(?:in|since|year|yr)\s+|\B')(?P<phi>(?:19|20)?\d{2})\b|\b(?P<phi2>\d{2})'(?:[^s\w]|$)",
                 check_year,
             ),
+            rule(
+                "date_event_year",
+                "DATE",
+                0.75,
+                &format!(
+                    r"(?i)\b(?:{EVENTS})\s+(?:in\s+|of\s+)?'?(?P<phi>(?:19|20)\d{{2}}|\d{{2}})\b'?(?:\s+and\s+'?(?P<phi2>\d{{2}})\b)?"
+                ),
+                check_event_year,
+            ),
+            // 1960-1999 cannot be a time (the minutes would be 60 or more).
+            rule("date_year4", "DATE", 0.6, r"\b19[6-9]\d\b", |t, s, e| {
+                isolated(t, s, e) && check_year(t, s, e)
+            }),
+            rule(
+                "date_day_month",
+                "DATE",
+                0.75,
+                &format!(
+                    r"(?i)\b(?:(?P<phi>\d{{1,2}})\s*(?:-|->|to)\s*)?(?P<phi2>\d{{1,2}})(?:st|nd|rd|th)?\s*(?:of\s+)?(?:{DAY_MONTHS})\b"
+                ),
+                check_day,
+            ),
+            rule(
+                "date_month_yy",
+                "DATE",
+                0.7,
+                &format!(
+                    r"(?i)\b(?:{MONTHS})\b\.?(?:\s*\d{{1,2}}(?:st|nd|rd|th)?)?,\s*(?P<phi>\d{{2}})\b"
+                ),
+                |t, _, e| !t[e..].starts_with([':', '.', '/', '%']) || t[e..].starts_with(". "),
+            ),
             rule("date_decade", "DATE", 0.7, r"(?i)\b(?:19|20)\d0'?s\b", always),
             // Contact numbers.
             rule(
                 "phone",
                 "PHONE",
                 0.9,
-                r"(?:\(\d{3}\)\s*|\b\d{3}[\s.\-]?)\d{3}[\s.\-]?\d{4}\b|\(\d{6}-\d{4}\)",
+                r"(?:\(\d{3}\)\s*|\b\d{3}[\s.\-]?)\d{3}[\s.\-]?\d{4}\b|\(\d{6}-\d{4}\)|\(\d{3} \d{3} \d{4,5}\)",
                 always,
             ),
             rule(
@@ -269,9 +452,17 @@ fn rules() -> &'static [Rule] {
                 "LOCATION",
                 0.75,
                 &format!(
-                    r"(?i)\b(?:(?P<phi>st\.?|saint|mt\.?|mount)\s+)?(?P<phi2>{NAME})\s+(?:(?P<phi3>{NAME})\s+)?(?:hospital|hosp|medical\s+center|med\s+ctr|rehab|rehabilitation|nursing\s+home|clinic|manor|healthcare|health\s+center|house)\b"
+                    r"(?i)\b(?:(?P<phi>st\.?|saint|mt\.?|mount)\s+)?(?P<phi2>{NAME})\s+(?:(?P<phi3>{NAME})\s+)?(?:hospital|hosp|regional|memorial|campus|medical\s+center|med\s+ctr|rehab|rehabilitation|nursing\s+home|clinic|manor|healthcare|health\s+center|house)\b"
                 ),
                 check_place,
+            ),
+            // A house number and a street ("19 Clover St.").
+            rule(
+                "location_street",
+                "LOCATION",
+                0.7,
+                r"\b(?P<phi>\d{1,5})\s+(?P<phi2>\p{Lu}\p{Ll}+)(?:\s+(?P<phi3>\p{Lu}\p{Ll}+))?\s+(?:St|Street|Ave|Avenue|Rd|Road|Blvd|Lane|Ln|Drive|Court|Ct|Way|Terrace)\b",
+                |t, s, e| t[s..e].chars().all(|c| c.is_ascii_digit()) || check_place(t, s, e),
             ),
             rule(
                 "location_lives",
@@ -287,7 +478,20 @@ fn rules() -> &'static [Rule] {
                 "name_title",
                 "NAME",
                 0.85,
-                &word_after(r"dr|doctor|mr|mrs|ms|miss|mister|np|attending", r"\.?[ \t]+|\."),
+                &word_after(
+                    r"dr|drs|dr's|doctor|doctors|mr|mrs|ms|miss|mister|np|attending",
+                    r"\.?[ \t]+|\.",
+                ),
+                check_name_after,
+            ),
+            // The second of two names after a title ("Drs Joseph and Robbinson").
+            rule(
+                "name_pair",
+                "NAME",
+                0.75,
+                &format!(
+                    r"(?i)\b(?:dr|drs|dr's|doctors)\b\.?\s*{NAME}\s*(?:,|and|&)\s*(?:dr\.?\s*)?(?P<phi>{NAME})"
+                ),
                 check_name,
             ),
             rule(
@@ -295,14 +499,14 @@ fn rules() -> &'static [Rule] {
                 "NAME",
                 0.75,
                 &word_after(RELATIONS, r"[\s,:;'()\-]*"),
-                check_name,
+                check_name_after,
             ),
             rule(
                 "name_credential",
                 "NAME",
                 0.8,
                 &format!(
-                    r"(?i)(?:^|\n|[.;:]\s+|\s\s)(?P<phi>{NAME})(?:\s+(?P<phi2>{NAME}))?(?:\.?\s*(?P<phi3>{NAME}))?,?\s+(?:rn|rrt|lpn|bsn|sn|np|msw|lcsw|pct)\b"
+                    r"(?i)(?:^|\n|[.;:\-]\s+|\s\s)(?P<phi>{NAME})(?:\s+(?P<phi2>{NAME}))?(?:\.?\s*(?P<phi3>{NAME}))?(?:,\s*|\s+)(?:rn|rrt|lpn|bsn|sn|np|msw|lcsw|pct|md)\b"
                 ),
                 check_name,
             ),
@@ -414,6 +618,51 @@ mod tests {
     }
 
     #[test]
+    fn past_history_years_and_month_years() {
+        for (t, d) in [
+            ("PMH: CABG 81, Redo CABG 84, MVR", "81"),
+            ("PMH: CABG 81, Redo CABG 84, MVR", "84"),
+            ("S/P MI 1992; LCX PTCA", "1992"),
+            ("PMHX CVA in 94 and 00 affected", "00"),
+            ("CVA 74'. CHOLECYSTECTOMY 77'.", "74"),
+            ("MI in '81 and redo in '84.", "84"),
+            ("RENAL CELL CA 1977,S/P", "1977"),
+            ("stent to RCA 12/82. Reoccluded", "12/82"),
+            ("labs on10/14/82> to hct", "10/14/82"),
+            ("Nursing note\n21 Apr, 21 0700", "21"),
+            ("1->2 nov, 96", "1"),
+            ("1->2 nov, 96", "96"),
+        ] {
+            assert!(has(t, d, "DATE"), "{t}: {:?}", found(t));
+        }
+    }
+
+    #[test]
+    fn settings_scores_and_levels_are_not_dates() {
+        for t in [
+            "placed on PSV 10/5 overnight",
+            "cpap 5/5 40% tol well",
+            "remains on ps 12/5 peep",
+            "co/ci 5/2.7 svr 900",
+            "c/o 3/10 back pain",
+            "vent ac 600x12/5/40% peep",
+            "psv 12/5/40%. rsbi",
+            "Ca 10 this am",
+            "from 1900 - 0700",
+            "0700->1930 shift",
+        ] {
+            assert!(
+                found(t).iter().all(|(_, l)| *l != "DATE"),
+                "{t}: {:?}",
+                found(t)
+            );
+        }
+        // The same numbers are dates outside those contexts.
+        assert!(has("PICC placed 11/17, art line", "11/17", "DATE"));
+        assert!(has("admitted 11/21.93 note", "11/21", "DATE"));
+    }
+
+    #[test]
     fn contact_numbers_and_ids() {
         assert!(has("call 410-322-1419 now", "410-322-1419", "PHONE"));
         assert!(has("call (617) 555-1234", "(617) 555-1234", "PHONE"));
@@ -452,6 +701,22 @@ mod tests {
         assert!(has("\nIlene Macdonald RN\n", "Ilene", "NAME"));
         assert!(has("\nIlene Macdonald RN\n", "Macdonald", "NAME"));
         assert!(!has("wife called and", "called", "NAME"));
+        assert!(has("Emily Parker,RN\n", "Parker", "NAME"));
+        assert!(has(
+            "1720- Stord-Painter MD performed",
+            "Stord-Painter",
+            "NAME"
+        ));
+        assert!(has("DRS JOSEPH AND ROBBINSON AWARE", "ROBBINSON", "NAME"));
+        assert!(has(
+            "Dr. Griffin and Swackhamer aware",
+            "Swackhamer",
+            "NAME"
+        ));
+        assert!(has("WITH MS S. CARE", "S", "NAME"));
+        // Not across a sentence end, not after nasal prongs.
+        assert!(!has("per Dr. Vasquez. Milrinone gtt", "Milrinone", "NAME"));
+        assert!(!has("On 4L NP sats are 96", "sats", "NAME"));
     }
 
     #[test]
@@ -460,6 +725,15 @@ mod tests {
         assert!(has("FROM CALVERT HOSPITAL FOR", "CALVERT", "LOCATION"));
         assert!(has("pt lives in Rockville with", "Rockville", "LOCATION"));
         assert!(found("plan to go to rehab, cardiac rehab").is_empty());
+        assert!(has("TAKEN TO LAUREL REGIONAL WHERE", "LAUREL", "LOCATION"));
+        assert!(has("housing at 19 Clover St. in", "19", "LOCATION"));
+        assert!(has("proxy who lives in DC.", "DC", "LOCATION"));
+        assert!(!has("plan to dc in am", "dc", "LOCATION"));
+        assert!(has(
+            "son visited.(301 273 45166) both",
+            "(301 273 45166)",
+            "PHONE"
+        ));
     }
 
     #[test]
