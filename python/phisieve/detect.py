@@ -114,8 +114,8 @@ def _model_rows(texts: pa.Array, name: str, recognizer: Any) -> pl.DataFrame:
 
 def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
     """Merge overlapping spans of each row (``row``, ``start``, ``end``, ``label``, ``source``,
-    ``score``): the union range, the label of the best-scored span, every source (``+``-joined,
-    sorted) and the best score."""
+    ``score``): the union range, the label of the best-scored span (ties: the first label in
+    sort order), every source (``+``-joined, sorted) and the best score."""
     if rows.height == 0:
         return rows
     rows = rows.sort(["row", "start", "end"])
@@ -125,7 +125,9 @@ def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
         group=((reach.is_null()) | (pl.col("start") >= reach)).cum_sum().cast(pl.Int64)
     )
     return (
-        rows.sort(["group", "score"], descending=[False, True])
+        # Ties between equal scores go to the label and source first in sort order, not to
+        # whichever recognizer's rows came first.
+        rows.sort(["group", "score", "label", "source"], descending=[False, True, False, False])
         .group_by("group", maintain_order=True)
         .agg(
             pl.col("row").first(),

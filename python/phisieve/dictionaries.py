@@ -128,8 +128,8 @@ NOT_NEIGHBOURS = _words(
     """
 )
 
-# A first name is a name, however common a word it is, before a verb people do in notes
-# ("bill called", "DAVID IS SPEAKING") or after "per", "spoke with" and the like.
+# Words around a name, however common a word the name is (:func:`context_names`): verbs
+# people do in notes after it ("bill called"), "per", "spoke with" and the like before it.
 _NAME_BEFORE = _words(
     """
     called calls phoned phones visited visits spoke speaks aware notified said says stated
@@ -340,9 +340,9 @@ def tokens(texts: pa.Array) -> pl.DataFrame:
     """One row per word: ``row``, ``i`` (word index), ``s``/``e`` (code points), ``w``
     (normalised), ``cap`` (written in title case in a note that uses capitals as prose does;
     null in all-capitals and all-lower-case notes), ``upper`` (all capitals in such a note),
-    ``gap`` (characters between the previous
-    word and this one), ``dot`` (the first of them is a period) and ``brk`` (a sentence or
-    line starts with this word). Linear in the text length."""
+    ``gap`` (characters between the previous word and this one), ``dot`` (the first of them is
+    a period) and ``brk`` (a sentence or line starts with this word). Linear in the text
+    length."""
     starts, ends, words = tokenize(texts)
     raw = tokenize(texts, normalize="none").column(2)
     tok = pl.from_arrow(
@@ -437,7 +437,8 @@ def features(
 ) -> pl.DataFrame:
     """Add ``first``, ``last``, ``zipf``, ``patients``, ``word`` (a dictionary word), ``noun``
     (a dictionary word that is never a proper noun) and ``vocab`` (an everyday English word, a
-    word common in this corpus, a hospital unit, or not alphabetic) to ``tokens``."""
+    word common in this corpus, a hospital unit, or not alphabetic; ``unit`` alone: a unit,
+    an eponym or not alphabetic) to ``tokens``."""
     english = lex.english.with_columns(word=pl.lit(True))
     tok = (
         tok.join(lex.names, on="w", how="left")
@@ -466,11 +467,8 @@ def features(
             | pl.col("w").is_in(list(EPONYMS))
             | ~pl.col("w").str.contains(r"^\p{L}+$")
         )
-        .with_columns(
-            vocab=(pl.col("zipf") >= max_zipf) | common | pl.col("unit"),
-            # A place name is PHI however often the site's notes name it ("Baltimore"): only
-            # common words ("bath", "mobile") and very frequent ones are not places.
-        )
+        .with_columns(vocab=(pl.col("zipf") >= max_zipf) | common | pl.col("unit"))
+        .drop("proper")
     )
 
 
@@ -513,7 +511,7 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
     prv = pl.col("w").shift(1).over("row")
     prv2 = pl.col("w").shift(2).over("row")
     near = (pl.col("gap").shift(-1).over("row").fill_null(0) <= 2) & (pl.col("gap") <= 2)
-    titled = pl.col("cap").fill_null(False)
+    capital = pl.col("cap").fill_null(False)
     usable = (
         (pl.col("zipf") < 5.3)
         & ~pl.col("noun")
@@ -522,14 +520,12 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
         & ~pl.col("upper").fill_null(False)
     )
     tok = tok.with_columns(usable=usable, unknown=_unknown()).with_columns(
-        person=(pl.col("first") | (pl.col("last") & titled)) & pl.col("usable"),
-        caller=(pl.col("first") | pl.col("last"))
-        & pl.col("usable")
-        & pl.col("cap").fill_null(True),
+        person=(pl.col("first") | (pl.col("last") & capital)) & pl.col("usable"),
         named=(pl.col("first") | pl.col("last")) & pl.col("usable"),
     )
+    not_lower = pl.col("cap").fill_null(True)
     context = (
-        (pl.col("caller") & nxt.is_in(list(_NAME_BEFORE)))
+        (pl.col("named") & not_lower & nxt.is_in(list(_NAME_BEFORE)))
         | (pl.col("first") & pl.col("usable") & nxt.is_in(list(_NAME_BEFORE_WEAK)))
         | (
             pl.col("person")
@@ -539,7 +535,7 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
             )
         )
     )
-    family = (nxt == "family") & (pl.col("first") | pl.col("last")) & pl.col("usable")
+    family = (nxt == "family") & pl.col("named")
     # "suzette and ank": an unknown word joined to a first name by "and".
     joined = (
         pl.col("unknown")
@@ -550,10 +546,8 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
     # A contact list: "Lopie Certusi cell# ...", "Hank Przybylo (son) home 555-...".
     contact = (
         nxt.is_in(list(_CONTACT_WORDS))
-        & (pl.col("first") | pl.col("last") | pl.col("unknown"))
-        & pl.col("cap").fill_null(True)
-        & ~pl.col("noun")
-        & ~pl.col("upper").fill_null(False)
+        & (pl.col("named") | (pl.col("unknown") & pl.col("usable")))
+        & not_lower
     )
     next_named = pl.col("named").shift(-1).over("row") & (pl.col("gap").shift(-1).over("row") == 1)
     prev_named = pl.col("named").shift(1).over("row") & (pl.col("gap") == 1)
@@ -564,7 +558,7 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
         tok.filter(pair.fill_null(False)),
     ]
     # "D. Phyl": the initial and the word.
-    initial = pl.col("w").str.contains(r"^\p{L}$") & titled
+    initial = pl.col("w").str.contains(r"^\p{L}$") & capital
     after_dot = (pl.col("gap").shift(-1).over("row") == 2) & pl.col("dot").shift(-1).over("row")
     word_after = (
         pl.col("cap").shift(-1).over("row").fill_null(False)
@@ -581,7 +575,7 @@ def context_names(tok: pl.DataFrame) -> pl.DataFrame:
     sig = tok.filter(line == line.max().over("row"))
     sig = sig.filter(
         (pl.len().over("row") <= 3)
-        & ((pl.col("first") | pl.col("last")) & pl.col("usable")).all().over("row")
+        & pl.col("named").all().over("row")
         & (pl.col("i") > 0).all().over("row")
     )
     spans.append(sig)
@@ -649,9 +643,9 @@ def find(
       anywhere in the corpus.
     """
     # A census name that is not vocabulary; or a first name that is also a word of middling
-    # frequency ("Helen", "Nancy"), written with a capital in a note that uses capitals.
-    # A census name that is also a common noun ("Amber", "Taper") counts only where the
-    # capital is evidence: title case inside a sentence of a note that uses capitals.
+    # frequency ("Helen", "Nancy"), written with a capital in a note that uses capitals. A
+    # census name that is also a common noun ("Amber", "Taper") counts only where the capital
+    # is evidence: title case inside a sentence (``titled``).
     cap = pl.col("cap").fill_null(True)
     titled = pl.col("cap").fill_null(False) & ~pl.col("brk")
     names = tok.filter(
@@ -682,16 +676,17 @@ def find(
     # A well-known place, too frequent in English for the rule above, written with a capital
     # after "from", "to", "in"... ("Sister called from Seattle").
     prev = pl.col("w").shift(1).over("row")
-    titled_place = tok.join(lex.places.filter(pl.col("words") == 1).select("w"), on="w", how="semi")
+    one_word_places = tok.join(
+        lex.places.filter(pl.col("words") == 1).select("w"), on="w", how="semi"
+    )
     named = tok.filter(
-        pl.col("cap").fill_null(False)
-        & ~pl.col("brk")
+        titled
         & ~pl.col("noun")
         & (pl.col("zipf") < PLACE_MAX_ZIPF)
         & ~pl.col("unit")
         & prev.is_in(list(_PLACE_PREPOSITIONS)).fill_null(False)
         & (pl.col("gap") == 1)
-    ).join(titled_place.select("row", "i"), on=["row", "i"], how="semi")
+    ).join(one_word_places.select("row", "i"), on=["row", "i"], how="semi")
     parts.append(_hits(named, "LOCATION", "lists:places", 0.6))
     # A saint's name is a hospital or a home ("St. Agnes", "ST MARY'S", "St A."); "ST
     # changes" is not.
@@ -718,11 +713,7 @@ def find(
     parts.append(_hits(saint, "LOCATION", "lists:places", 0.6))
     # "in Edgemere area": a capitalised word that is not vocabulary before "area".
     area = tok.filter(
-        (pl.col("w").shift(-1).over("row") == "area")
-        & pl.col("cap").fill_null(False)
-        & ~pl.col("brk")
-        & ~pl.col("vocab")
-        & ~pl.col("noun")
+        (pl.col("w").shift(-1).over("row") == "area") & titled & ~pl.col("vocab") & ~pl.col("noun")
     )
     parts.append(_hits(area, "LOCATION", "lists:places", 0.6))
     if known_places is not None and known_places.height:

@@ -82,6 +82,16 @@ fn isolated(text: &str, s: usize, e: usize) -> bool {
     before && after
 }
 
+/// The at most `n` bytes of `text` before byte `s`, lower-cased (cut at a character
+/// boundary): a bounded look back, so a check costs the same anywhere in a long note.
+fn tail_lower(text: &str, s: usize, n: usize) -> String {
+    let mut start = s.saturating_sub(n);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..s].to_lowercase()
+}
+
 /// Up to `n` lower-case words before `s` and after `e` (letters, digits and `/`).
 fn context_words(text: &str, s: usize, e: usize, n: usize) -> (Vec<String>, Vec<String>) {
     let split = |t: &str| -> Vec<String> {
@@ -90,15 +100,11 @@ fn context_words(text: &str, s: usize, e: usize, n: usize) -> (Vec<String>, Vec<
             .map(str::to_lowercase)
             .collect()
     };
-    let boundary = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let start = boundary(s.saturating_sub(40));
-    let end = boundary((e + 30).min(text.len()));
-    let mut before = split(&text[start..s]);
+    let mut end = (e + 30).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut before = split(&tail_lower(text, s, 40));
     before.reverse();
     before.truncate(n);
     let mut after = split(&text[e..end]);
@@ -177,11 +183,10 @@ fn check_my(text: &str, s: usize, e: usize) -> bool {
 /// A year after a medical event ("CABG 81", "MI 1992"): not glued to more numbers, not a
 /// quantity, and not a two-digit calcium level ("Ca 10").
 fn check_event_year(text: &str, s: usize, e: usize) -> bool {
-    let b = text.as_bytes();
-    let decimal = e + 1 < b.len() && b[e] == b'.' && b[e + 1].is_ascii_digit();
-    let before = text[..s].trim_end_matches(['\'', ' ', '\t']).to_lowercase();
-    let calcium = e - s == 2 && before.ends_with("ca");
-    isolated(text, s, e) && !decimal && !calcium && check_year(text, s, e)
+    let before = tail_lower(text, s, 8);
+    let calcium = e - s == 2 && before.trim_end_matches(['\'', ' ', '\t']).ends_with("ca");
+    // check_year rules out decimals ("MI 92.5") and units.
+    isolated(text, s, e) && !calcium && check_year(text, s, e)
 }
 
 fn check_ymd(text: &str, s: usize, e: usize) -> bool {
@@ -235,21 +240,21 @@ fn check_name_after(text: &str, s: usize, e: usize) -> bool {
     let initial = e - s == 1
         && text[s..e].chars().all(|c| c.is_ascii_uppercase())
         && text[e..].starts_with('.');
-    let before = text[..s].trim_end_matches([' ', '\t']);
+    let tail = tail_lower(text, s, 40);
+    let before = tail.trim_end_matches([' ', '\t']);
     if let Some(head) = before.strip_suffix('.') {
         let word: String = head
             .chars()
             .rev()
             .take_while(|c| c.is_alphabetic() || *c == '\'')
             .collect();
-        let word: String = word.chars().rev().collect::<String>().to_lowercase();
+        let word: String = word.chars().rev().collect();
         let title = ["dr", "drs", "mr", "mrs", "ms", "st", "np"].contains(&word.as_str());
         if word.chars().count() > 1 && !title {
             return false;
         }
     }
-    let lower = before.trim_end_matches('.').to_lowercase();
-    if let Some(head) = lower.strip_suffix("np") {
+    if let Some(head) = before.trim_end_matches('.').strip_suffix("np") {
         let head = head.trim_end();
         let litres = head
             .strip_suffix('l')
@@ -275,7 +280,7 @@ fn check_place(text: &str, s: usize, e: usize) -> bool {
         anxiously frequently occlusion beigng geri psych psychiatric vna";
     // "lives in DC": the capitals tell the place from "d/c" (discharge).
     if &text[s..e] == "DC" {
-        return text[..s].to_lowercase().trim_end().ends_with(" in");
+        return tail_lower(text, s, 8).trim_end().ends_with(" in");
     }
     let is_prefix = ["st", "saint", "mt", "mount"].contains(&w.as_str());
     is_prefix || (!NOT_PLACES.split_whitespace().any(|n| n == w) && check_name(text, s, e))
