@@ -9,32 +9,48 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 
+import regex
+
+
+IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+"""Unicode's default-ignorable code points, from the ``regex`` module's own tables."""
+
 
 def is_word_char(c: str) -> bool:
     return unicodedata.category(c)[0] in "LMN"
 
 
+def is_ignorable(c: str) -> bool:
+    return IGNORABLE.match(c) is not None
+
+
 def word_spans(text: str) -> list[tuple[int, int]]:
-    spans, start = [], None
+    """Runs of word characters; a run goes on across default-ignorable code points but never
+    starts or ends on one."""
+    spans, start, last = [], None, None
     for i, c in enumerate(text):
         if is_word_char(c):
             if start is None:
                 start = i
+            last = i + 1
+        elif is_ignorable(c):
+            continue
         elif start is not None:
-            spans.append((start, i))
+            spans.append((start, last))
             start = None
     if start is not None:
-        spans.append((start, len(text)))
+        spans.append((start, last))
     return spans
 
 
 def normalize(word: str, mode: str = "nfkc_lower") -> str:
+    word = IGNORABLE.sub("", word)
     form = {"nfkc_lower": "NFKC", "nfkc": "NFKC", "nfc_lower": "NFC", "nfc": "NFC"}.get(mode)
     if form:
         word = unicodedata.normalize(form, word)
     if mode.endswith("lower"):
         word = word.lower()
-    return word.replace(" ", "")
+    return IGNORABLE.sub("", word.replace(" ", ""))
 
 
 def words(text: str, mode: str = "nfkc_lower") -> list[str]:

@@ -44,6 +44,10 @@ WORDY = st.sampled_from(
         "NSR.",
         "  ",
         "\n",
+        "Robin\u00adson",
+        "\u200bDupont\u200b",
+        "J\u200do",
+        "\ufeff",
     ]
 )
 TEXT = st.lists(st.one_of(WORDY, st.text(ANY_CHAR, max_size=6)), max_size=12).map(" ".join)

@@ -41,6 +41,21 @@ StanzaModel = Annotated[
 ]
 
 
+DirectScope = Annotated[
+    str,
+    typer.Option(
+        help="How far the words of direct spans reach: span (in place), patient (also the "
+        "same patient's other uses), identifying (also corpus-wide the alphabetic words "
+        "found inside spans in at least MIN_SHARE of their uses), corpus (every span word "
+        "everywhere: the old behaviour)."
+    ),
+]
+MinShare = Annotated[
+    float,
+    typer.Option(help="identifying scope: the share of a word's uses inside spans."),
+]
+
+
 @app.command()
 def synth(
     out: Out,
@@ -117,8 +132,11 @@ def index(
         bool, typer.Option(help="Measure the share of words each n-gram policy protects.")
     ] = True,
     spans: Annotated[
-        Path | None, typer.Option(help="Direct-identifier spans: their words become direct.")
+        Path | None,
+        typer.Option(help="Direct-identifier spans: the words DIRECT_SCOPE makes direct."),
     ] = None,
+    direct_scope: DirectScope = "identifying",
+    min_share: MinShare = 0.2,
     quiet: Quiet = False,
 ) -> None:
     """Build the patient x term index: terms, blacklist.txt and stats.json in OUT."""
@@ -137,10 +155,15 @@ def index(
         policy_stats=policy_stats,
         progress=not quiet,
         spans=spans,
+        direct_scope=direct_scope,
+        min_share=min_share,
     )
     print_index_summary(stats)
     if spans is not None:
-        out_console.print(f"{stats['direct_terms']:,} words of direct spans marked direct")
+        out_console.print(
+            f"{stats['direct_terms']:,} words of direct spans marked direct in the whole "
+            f"corpus (scope {direct_scope})"
+        )
     out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
 
 
@@ -158,12 +181,12 @@ def merge(
     import pyarrow.compute as pc
 
     from .dataset import DatasetWriter
-    from .term_index import merge_terms, read_terms
+    from .term_index import merge_terms, read_terms, terms_options
 
     merged = merge_terms([read_terms(p) for p in parts], k=k, patients_disjoint=not shared_patients)
     writer = DatasetWriter(out, merged.schema, rows_per_part=1_000_000)
     writer.write(merged)
-    writer.close(k=k, merged_from=[str(p) for p in parts])
+    writer.close(**terms_options(merged), merged_from=[str(p) for p in parts])
     indirect = pc.sum(merged.column("indirect")).as_py()
     out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
 
@@ -354,6 +377,13 @@ def encode(
     pseudonymize: Annotated[
         bool, typer.Option(help="Replace direct identifiers by X (MLMA/CLMA baselines).")
     ] = False,
+    normalize: Annotated[
+        str | None, typer.Option(help="Word normalisation (default: the terms' own).")
+    ] = None,
+    direct_scope: Annotated[
+        str | None,
+        typer.Option(help="span, patient, identifying or corpus (default: the terms' own)."),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Tokenise documents for a model, with per-token protected/direct flags, packed per
@@ -369,6 +399,8 @@ def encode(
         max_len=max_len,
         ngram=ngram,
         policy=policy,
+        normalize=normalize,
+        direct_scope=direct_scope,
         pseudonymize=pseudonymize,
         progress=not quiet,
     )
@@ -377,6 +409,88 @@ def encode(
         f"{m['documents']:,} documents -> {m['sequences']:,} sequences, {m['tokens']:,} tokens; "
         f"protected {m['protected']:,} ({share:.1%}), direct {m['direct']:,}; written to {out}"
     )
+    print_protection(m["encoding"]["protection"])
+
+
+def print_protection(report: dict[str, Any]) -> None:
+    """The protected share of tokens by reason (and the gold coverage, when scored)."""
+    table = Table(title="protected tokens by reason", header_style="bold")
+    for col in ("reason", "tokens", "% of tokens", "only this reason", "% of tokens "):
+        table.add_column(col, justify="left" if col == "reason" else "right")
+    labels = {
+        "span": "inside a direct span",
+        "patient": "same word as a span of the patient",
+        "corpus": "corpus-wide direct term",
+        "indirect": "indirect identifier",
+    }
+    for reason, r in report["by_reason"].items():
+        table.add_row(
+            labels.get(reason, reason),
+            f"{r['tokens']:,}",
+            f"{r['share']:.2%}",
+            f"{r['only']:,}",
+            f"{r['only_share']:.2%}",
+        )
+    table.add_row(
+        "[bold]any", f"{report['protected']:,}", f"{report['protected_share']:.2%}", "", ""
+    )
+    out_console.print(table)
+    if "gold" in report:
+        g = report["gold"]
+        out_console.print(
+            f"gold PHI tokens protected: {g['protected']:,} of {g['tokens']:,} "
+            f"([bold]{g['coverage']:.2%}[/]); by reason: "
+            + ", ".join(f"{k} {v:,}" for k, v in g["by_reason"].items())
+        )
+
+
+@app.command()
+def coverage(
+    corpus: Annotated[Path, typer.Option(help="PhysioNet deid folder (id.text, id-phi.phrase).")],
+    tokenizer: Annotated[
+        Path, typer.Option(help="A local Hugging Face fast tokenizer (folder or tokenizer.json).")
+    ],
+    recognizers: Recognizers = "rules,lists",
+    k: Annotated[int, typer.Option("--k", help="Indirect: used by fewer than k patients.")] = 2,
+    ngram: Annotated[int, typer.Option(help="Use indirect n-grams up to this length.")] = 1,
+    direct_scope: DirectScope = "identifying",
+    min_share: MinShare = 0.2,
+    max_len: Annotated[int, typer.Option(help="Tokens per sequence, specials included.")] = 512,
+    deny: Annotated[Path | None, typer.Option(help="Deny list (see `detect`).")] = None,
+    allow: Annotated[Path | None, typer.Option(help="Allow list (see `detect`).")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the report as JSON here.")
+    ] = None,
+) -> None:
+    """Protection on annotated notes: detect -> index --spans -> encode --terms --spans, then
+    the share of gold PHI tokens protected and the share of all tokens protected."""
+    import json
+
+    from .audit.coverage import coverage as run
+    from .audit.coverage import read_physionet
+
+    opts = detect_options(recognizers, deny, allow, None)
+    documents, gold = read_physionet(corpus)
+    r = run(
+        documents,
+        gold,
+        tokenizer,
+        recognizers=opts.pop("recognizers"),
+        k=k,
+        ngram=ngram,
+        direct_scope=direct_scope,
+        min_share=min_share,
+        max_len=max_len,
+        detect_options=opts,
+    )
+    print_protection(r["protection"])
+    out_console.print(
+        f"{r['documents']:,} notes of {r['patients']:,} patients: gold PHI token coverage "
+        f"[bold]{r['coverage']:.4f}[/], protected share of all tokens "
+        f"[bold]{r['protected_share']:.4f}[/] (scope {direct_scope}, k = {k}, n <= {ngram})"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(r, indent=2))
 
 
 @app.command()

@@ -12,8 +12,7 @@ import json
 import math
 import re
 import tempfile
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _core
-from .dataset import (
-    BatchSource,
-    DatasetWriter,
-    open_source,
-    parquet_files,
-    read_spans,
-    require_columns,
+from .dataset import BatchSource, DatasetWriter, open_source, parquet_files, require_columns
+from .encode.protection import (
+    DEFAULT_MIN_SHARE,
+    DEFAULT_SCOPE,
+    DocSpans,
+    SpanWords,
+    check_scope,
+    corpus_direct_words,
 )
 from .errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
 from .progress import progress_bar
@@ -116,16 +116,18 @@ def is_grouped(src: BatchSource, patient_col: str) -> bool:
     return runs.n_unique() == len(runs)
 
 
-def _sorted_copy(src: BatchSource, patient_col: str, text_col: str, tmp: Path) -> BatchSource:
-    """Sort ``src`` by patient (stable) into a temporary Parquet file, out of core."""
+def _sorted_copy(src: BatchSource, cols: list[str], tmp: Path) -> BatchSource:
+    """Sort ``src`` by patient (``cols[0]``, stable) into a temporary Parquet file, out of
+    core, keeping ``cols``."""
     out = tmp / "sorted.parquet"
+    patient_col = cols[0]
     if src.path is None:  # a table, stream or Dataset object
-        table = pa.Table.from_batches(list(src.batches([patient_col, text_col])))
+        table = pa.Table.from_batches(list(src.batches(cols)))
         table = table.set_column(0, patient_col, _string(table.column(0)))
         pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
     else:
         lf = pl.scan_parquet(parquet_files(src.path)).select(
-            pl.col(patient_col).cast(pl.String), pl.col(text_col)
+            pl.col(patient_col).cast(pl.String), *(pl.col(c) for c in cols[1:])
         )
         lf.sort(patient_col, maintain_order=True).sink_parquet(out)
     return open_source(out)
@@ -139,13 +141,17 @@ def _run_pass(
     report: IndexReport,
     label: str,
     show: bool,
+    each: Callable[[pa.RecordBatch], None] | None = None,
 ) -> float:
-    """Feed every batch to ``builder``. Returns 1.0 when done, or, when it outgrew ``budget``,
-    the estimated ratio of the whole pass's memory to the budget."""
+    """Feed every batch to ``builder`` (and to ``each``, when given). Returns 1.0 when done,
+    or, when it outgrew ``budget``, the estimated ratio of the whole pass's memory to the
+    budget."""
     rows = 0
     with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
         for batch in src.batches(cols):
             builder.add(_string(batch.column(0)), _string(batch.column(1)))
+            if each is not None:
+                each(batch)
             advance(batch.num_rows)
             rows += batch.num_rows
             used = builder.memory_bytes()
@@ -170,8 +176,10 @@ def index(
     batch_size: int = 16_384,
     progress: bool = False,
     report: IndexReport | None = None,
-    spans: str | Path | None = None,
+    spans: str | Path | pa.Table | None = None,
     doc_col: str = "doc_id",
+    direct_scope: str = DEFAULT_SCOPE,
+    min_share: float = DEFAULT_MIN_SHARE,
 ) -> pa.Table:
     """Build the patient x term index of a corpus.
 
@@ -203,27 +211,45 @@ def index(
         Filled with totals (documents, tokens, patients, passes) when given.
     spans, doc_col
         A ``spans`` dataset of direct identifiers (``doc_id``, ``spans``: from
-        ``phisieve detect`` or ``phisieve surrogate``) and the documents' id column: every
-        single-word term
-        that is a word found inside a direct span is marked ``direct``.
+        ``phisieve detect`` or ``phisieve surrogate``; a folder, file or table) and the
+        documents' id column: the single-word terms that ``direct_scope`` makes direct
+        identifiers corpus-wide are marked ``direct``.
+    direct_scope, min_share
+        How far the words of direct spans reach (:mod:`phisieve.encode.protection`):
+        ``identifying`` (default) marks the alphabetic words of which at least
+        ``min_share`` of the occurrences lie inside spans; ``corpus`` every word found
+        inside a span; ``patient`` and ``span`` none (their protection is per patient and
+        per document, applied by ``encode``).
 
     Returns
     -------
     pyarrow.Table
         The ``terms`` table sorted by (n, term): ``term``, ``n``, ``patients``, ``docs``,
         ``count``, ``direct``, ``indirect`` (patients < k) and ``patient_ids`` (up to k ids
-        of patients using the term, so partial indexes merge exactly).
+        of patients using the term, so partial indexes merge exactly). Its schema metadata
+        records the options (:func:`terms_options`: ``normalize``, ``k``, ``ngram``,
+        ``direct_scope``...), so that ``encode`` cuts and normalises words the same way.
     """
     budget = parse_size(memory_budget)
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
+    check_scope(direct_scope, min_share)
     report = report if report is not None else IndexReport()
     src = open_source(source, batch_size=batch_size)
-    require_columns(src.schema, [patient_col, text_col], src.name)
-    cols = [patient_col, text_col]
+    cols = [patient_col, text_col] + ([doc_col] if spans is not None else [])
+    require_columns(src.schema, cols, src.name)
+    # Spans are read before the work starts, and their words collected in the first pass
+    # (a one-shot stream cannot be read a second time).
+    span_words = SpanWords(DocSpans.read(spans)) if spans is not None else None
+
+    def collect(batch: pa.RecordBatch) -> None:
+        assert span_words is not None
+        words = _core.tokenize(_string(batch.column(1)), normalize=normalize)
+        span_words.add(_string(batch.column(2)), _string(batch.column(0)), words)
+
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
         if src.reiterable and not is_grouped(src, patient_col):
-            src = _sorted_copy(src, patient_col, text_col, Path(tmp))
+            src = _sorted_copy(src, cols, Path(tmp))
             report.sorted_input = True
         pending = [(1, 0)]
         parts: list[pa.Table] = []
@@ -239,8 +265,9 @@ def index(
             )
             label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
             report.passes += 1
+            each = collect if span_words is not None and report.passes == 1 else None
             try:
-                overflow = _run_pass(src, cols, builder, budget, report, label, progress)
+                overflow = _run_pass(src, cols, builder, budget, report, label, progress, each)
             except NotGroupedError:
                 raise NotGroupedError(
                     "documents are not grouped by patient and a one-shot stream cannot be "
@@ -272,14 +299,33 @@ def index(
     table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     if len(parts) > 1:
         table = table.sort_by([("n", "ascending"), ("term", "ascending")])
-    if spans is not None:
-        src = open_source(source, batch_size=batch_size)
-        require_columns(src.schema, [doc_col], src.name)
-        by_patient = direct_words_by_patient(
-            src, Path(spans), doc_col, patient_col, text_col, normalize
+    options: dict[str, Any] = {"normalize": normalize, "k": k, "ngram": ngram, "spans": False}
+    if span_words is not None:
+        unigrams = table.filter(pc.equal(table.column("n"), 1))
+        table = mark_direct(
+            table, corpus_direct_words(span_words, unigrams, direct_scope, min_share)
         )
-        table = mark_direct(table, set().union(*by_patient.values()))
-    return table
+        options.update(spans=True, direct_scope=direct_scope, min_share=min_share)
+    return with_terms_options(table, **options)
+
+
+TERMS_OPTIONS = b"phisieve.terms"
+"""The key of the terms table's schema metadata that records how it was made."""
+
+
+def terms_options(terms: pa.Table | pa.Schema) -> dict[str, Any]:
+    """How a ``terms`` table was made (``normalize``, ``k``, ``ngram``, ``spans``,
+    ``direct_scope``, ``min_share``); empty for a table that does not say."""
+    schema = terms if isinstance(terms, pa.Schema) else terms.schema
+    raw = (schema.metadata or {}).get(TERMS_OPTIONS)
+    return json.loads(raw) if raw else {}
+
+
+def with_terms_options(terms: pa.Table, **options: Any) -> pa.Table:
+    """``terms`` with ``options`` recorded in its schema metadata."""
+    meta = dict(terms.schema.metadata or {})
+    meta[TERMS_OPTIONS] = json.dumps(options, sort_keys=True).encode()
+    return terms.replace_schema_metadata(meta)
 
 
 def mark_direct(terms: pa.Table, words: set[str]) -> pa.Table:
@@ -319,6 +365,13 @@ def merge_terms(
     """
     if not tables:
         raise ConfigError("merge_terms needs at least one table")
+    options = [terms_options(t) for t in tables]
+    for key in ("normalize", "ngram", "direct_scope"):
+        seen = {o[key] for o in options if key in o}
+        if len(seen) > 1:
+            raise ConfigError(
+                f"the partial indexes were made with different {key}: {sorted(map(str, seen))}"
+            )
     df = pl.concat([pl.from_arrow(t) for t in tables], how="vertical")
     ids = pl.col("patient_ids").explode().drop_nulls().unique(maintain_order=True)
     if patients_disjoint:
@@ -343,7 +396,9 @@ def merge_terms(
         .select(["term", "n", "patients", "docs", "count", "direct", "indirect", "patient_ids"])
         .sort(["n", "term"])
     )
-    return merged.to_arrow()
+    merged_options = {key: value for o in options for key, value in o.items()}
+    merged_options.update(k=k, spans=any(o.get("spans", False) for o in options))
+    return with_terms_options(merged.to_arrow(), **merged_options)
 
 
 def marker(terms: pa.Table, normalize: str = "nfkc_lower") -> _core.Marker:
@@ -464,6 +519,8 @@ def write_index(
     policy_stats: bool = True,
     progress: bool = False,
     spans: str | Path | None = None,
+    direct_scope: str = DEFAULT_SCOPE,
+    min_share: float = DEFAULT_MIN_SHARE,
 ) -> dict[str, Any]:
     """Index ``source`` and write ``out/``: the ``terms`` dataset, ``blacklist.txt`` (the
     indirect terms, one per line) and ``stats.json``. Returns the statistics."""
@@ -481,6 +538,8 @@ def write_index(
         progress=progress,
         report=report,
         spans=spans,
+        direct_scope=direct_scope,
+        min_share=min_share,
     )
     stats = term_stats(terms, k=k, patient_ids=report.patient_ids, tokens=report.tokens)
     stats.update(
@@ -505,7 +564,7 @@ def write_index(
     out = Path(out)
     writer = DatasetWriter(out, terms.schema, rows_per_part=1_000_000)
     writer.write(terms)
-    writer.close(k=k, ngram=ngram, normalize=normalize)
+    writer.close(**terms_options(terms))
     indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
     (out / "blacklist.txt").write_text("".join(t + "\n" for t in indirect), encoding="utf-8")
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
@@ -518,41 +577,3 @@ def read_terms(path: str | Path) -> pa.Table:
     if not path.exists():
         raise InputError("no such terms folder", path=path)
     return pa.concat_tables([pq.read_table(f) for f in parquet_files(path)])
-
-
-def direct_words_by_patient(
-    src: Any, spans: Path, doc_col: str, patient_col: str, text_col: str, normalize: str
-) -> dict[str, set[str]]:
-    """For each patient, the normalised words inside the patient's direct spans (a ``spans``
-    dataset: ``doc_id``, ``spans``), read from the documents of ``src``."""
-    table = read_spans(spans)
-    by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for doc, sp in zip(
-        table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
-    ):
-        for s in sp or []:
-            by_doc[str(doc)].append((int(s["start"]), int(s["end"])))
-    found: dict[str, set[str]] = defaultdict(set)
-    if not by_doc:
-        return found
-    wanted = pa.array(list(by_doc), pa.string())
-    for batch in src.batches([doc_col, patient_col, text_col]):
-        docs = _string(batch.column(0))
-        keep = pc.is_in(docs, value_set=wanted)
-        if not pc.any(keep).as_py():
-            continue
-        b = batch.filter(keep)
-        toks = _core.tokenize(b.column(2), normalize=normalize)
-        for doc, patient, starts, ends, words in zip(
-            _string(b.column(0)).to_pylist(),
-            _string(b.column(1)).to_pylist(),
-            toks.column("starts").to_pylist(),
-            toks.column("ends").to_pylist(),
-            toks.column("words").to_pylist(),
-            strict=True,
-        ):
-            st, en = np.asarray(starts), np.asarray(ends)
-            for s, e in by_doc[doc]:
-                hit = (st < e) & (en > s)
-                found[patient].update(w for w, h in zip(words, hit, strict=True) if h)
-    return found

@@ -14,6 +14,7 @@
 //! This crate has no Python dependency; `rust/py` wraps it.
 
 pub mod error;
+pub mod ignorable;
 pub mod index;
 pub mod marker;
 pub mod masking;

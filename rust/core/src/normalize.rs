@@ -5,6 +5,7 @@
 //! unambiguously. ASCII words take a fast path (ASCII is stable under every normal form).
 
 use crate::error::{CoreError, Result};
+use crate::ignorable::is_ignorable;
 use crate::vocab::Term;
 use unicode_normalization::UnicodeNormalization;
 
@@ -64,17 +65,20 @@ impl Normalizer {
             }
             return;
         }
+        // Default-ignorable code points go before the normal form (so they cannot block a
+        // composition) and after it (a compatibility mapping may produce one).
+        let visible = word.chars().filter(|&c| !is_ignorable(c));
         let formed: String = match self.form {
-            Form::None => word.to_owned(),
-            Form::Nfc => word.nfc().collect(),
-            Form::Nfkc => word.nfkc().collect(),
+            Form::None => visible.collect(),
+            Form::Nfc => visible.nfc().collect(),
+            Form::Nfkc => visible.nfkc().collect(),
         };
         let cased = if self.lowercase {
             formed.to_lowercase()
         } else {
             formed
         };
-        out.extend(cased.chars().filter(|&c| c != ' '));
+        out.extend(cased.chars().filter(|&c| c != ' ' && !is_ignorable(c)));
     }
 
     /// The normalised form of `word`.
@@ -173,23 +177,28 @@ pub fn for_each_term(
                 continue;
             }
         }
-        // A non-ASCII character: the word (if any) continues by the general rule.
+        // A non-ASCII character: the word (if any) continues by the general rule, across
+        // default-ignorable code points but ending on its last word character.
         let mut end = i;
+        let mut pos = i;
+        let mut word_start = (start < i).then_some(start);
         for ch in text[i..].chars() {
             if crate::words::is_word_char(ch) {
-                end += ch.len_utf8();
-            } else {
+                word_start.get_or_insert(pos);
+                end = pos + ch.len_utf8();
+            } else if !is_ignorable(ch) {
                 break;
             }
+            pos += ch.len_utf8();
         }
-        if end > start {
+        if let Some(ws) = word_start {
             buf.clear();
-            norm.normalize_into(&text[start..end], buf);
+            norm.normalize_into(&text[ws..end], buf);
             f(&Term::new(buf));
             i = end;
         } else {
-            // A non-ASCII character that is not a word character.
-            i += text[i..].chars().next().map_or(1, char::len_utf8);
+            // Ignorable characters before a separator, or one separator: skip them all.
+            i = pos.max(i + text[i..].chars().next().map_or(1, char::len_utf8));
         }
     }
 }
@@ -206,6 +215,18 @@ mod tests {
         assert_eq!(n.normalize("ﬁbrosis"), "fibrosis");
         assert_eq!(n.normalize("ΟΔΟΣ"), "οδος");
         assert_eq!(n.normalize("\u{37a}"), "\u{345}");
+        assert_eq!(n.normalize("Robin\u{AD}son"), "robinson");
+        assert_eq!(n.normalize("Robin\u{200B}SON"), "robinson");
+        assert_eq!(
+            Normalizer::parse("none").unwrap().normalize("Ro\u{AD}b"),
+            "Rob"
+        );
+        assert_eq!(
+            Normalizer::parse("nfc")
+                .unwrap()
+                .normalize("e\u{200B}\u{301}"),
+            "é"
+        );
     }
 
     #[test]
@@ -220,6 +241,9 @@ mod tests {
             "ab—cd",
             "ABCDEFG abcdefgh Abcdefghijklmno x9 9",
             "12345678é",
+            "Robin\u{AD}son \u{200B}Dupont\u{200B}, \u{AD}\u{AD} ab\u{FEFF}",
+            "\u{AD}\u{AD}\u{AD}",
+            "Ｒｏｂｉｎ\u{AD}ｓｏｎ",
         ] {
             let mut want = Vec::new();
             crate::words::for_each_word(text, |s, e| want.push(n.normalize(&text[s..e])));

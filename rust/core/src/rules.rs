@@ -520,30 +520,20 @@ fn rules() -> &'static [Rule] {
 }
 
 /// Every rule's detections in `text`, sorted by (start, end), with code-point offsets.
+///
+/// The rules run on the text without its default-ignorable code points (a soft hyphen inside
+/// "Robin\u{AD}son" hides nothing from them); offsets point into `text` itself.
 pub fn detect(text: &str) -> Vec<Detection> {
-    let mut out = Vec::new();
-    for r in rules() {
-        for caps in r.re.captures_iter(text) {
-            let groups = ["phi", "phi2", "phi3"];
-            let mut any = false;
-            for g in groups {
-                if let Some(m) = caps.name(g) {
-                    any = true;
-                    if (r.check)(text, m.start(), m.end()) {
-                        out.push((m.start(), m.end(), r));
-                    } else if r.label == "NAME" {
-                        break; // a word that is not a name ends the name
-                    }
-                }
+    let mut out = match crate::ignorable::Stripped::new(text) {
+        None => matches(text),
+        Some(stripped) => {
+            let mut found = matches(&stripped.text);
+            for (s, e, _) in &mut found {
+                (*s, *e) = (stripped.start(*s), stripped.end(*e));
             }
-            if !any {
-                let m = caps.get(0).expect("group 0 always matches");
-                if (r.check)(text, m.start(), m.end()) {
-                    out.push((m.start(), m.end(), r));
-                }
-            }
+            found
         }
-    }
+    };
     out.sort_by_key(|&(s, e, r)| (s, e, r.name));
     // Byte -> code-point offsets in one pass over the sorted boundaries.
     let mut marks: Vec<usize> = out.iter().flat_map(|&(s, e, _)| [s, e]).collect();
@@ -569,6 +559,34 @@ pub fn detect(text: &str) -> Vec<Detection> {
         .collect()
 }
 
+/// Every rule's matches in `text` as byte offsets, in no particular order.
+fn matches(text: &str) -> Vec<(usize, usize, &'static Rule)> {
+    let mut out = Vec::new();
+    for r in rules() {
+        for caps in r.re.captures_iter(text) {
+            let groups = ["phi", "phi2", "phi3"];
+            let mut any = false;
+            for g in groups {
+                if let Some(m) = caps.name(g) {
+                    any = true;
+                    if (r.check)(text, m.start(), m.end()) {
+                        out.push((m.start(), m.end(), r));
+                    } else if r.label == "NAME" {
+                        break; // a word that is not a name ends the name
+                    }
+                }
+            }
+            if !any {
+                let m = caps.get(0).expect("group 0 always matches");
+                if (r.check)(text, m.start(), m.end()) {
+                    out.push((m.start(), m.end(), r));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +600,30 @@ mod tests {
 
     fn has(text: &str, what: &str, label: &str) -> bool {
         found(text).iter().any(|(w, l)| w == what && *l == label)
+    }
+
+    #[test]
+    fn ignorable_code_points_hide_nothing() {
+        let text = "Seen by Dr. Robin\u{AD}son on 7/\u{200B}22/97 with \u{200B}Zoë";
+        let got: Vec<_> = detect(text)
+            .into_iter()
+            .map(|d| {
+                (
+                    text[d.start..d.end].to_string(),
+                    d.label,
+                    d.char_start,
+                    d.char_end,
+                )
+            })
+            .collect();
+        assert!(
+            got.contains(&("Robin\u{AD}son".to_string(), "NAME", 12, 21)),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("7/\u{200B}22/97".to_string(), "DATE", 25, 33)),
+            "{got:?}"
+        );
     }
 
     #[test]

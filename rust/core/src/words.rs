@@ -2,8 +2,11 @@
 //!
 //! A character is a word character when its Unicode general category is a Letter (`L*`),
 //! a Mark (`M*`, so decomposed accents stay inside their word) or a Number (`N*`). Everything
-//! else (punctuation, symbols, separators, controls) separates words. ASCII takes a fast path.
+//! else (punctuation, symbols, separators, controls) separates words, except the
+//! default-ignorable code points (soft hyphen, zero-width space...), across which a word
+//! continues (see [`crate::ignorable`]). ASCII takes a fast path.
 
+use crate::ignorable::is_ignorable;
 use unicode_general_category::{get_general_category, GeneralCategory as G};
 
 /// Whether `c` belongs to a word.
@@ -38,75 +41,88 @@ pub struct WordSpan {
     pub char_end: usize,
 }
 
+/// How a character takes part in words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Word,
+    /// A default-ignorable code point: a word continues across it, none starts or ends on it.
+    Ignorable,
+    Separator,
+}
+
+#[inline]
+fn class_at(text: &str, i: usize) -> (Class, usize) {
+    let b = text.as_bytes()[i];
+    if b < 0x80 {
+        let class = if b.is_ascii_alphanumeric() {
+            Class::Word
+        } else {
+            Class::Separator
+        };
+        return (class, 1);
+    }
+    // `i` is always at a char boundary.
+    let c = text[i..].chars().next().expect("char at boundary");
+    let class = if is_word_char(c) {
+        Class::Word
+    } else if is_ignorable(c) {
+        Class::Ignorable
+    } else {
+        Class::Separator
+    };
+    (class, c.len_utf8())
+}
+
+/// Calls `f(byte_start, byte_end, char_start, char_end)` for every word of `text`, in order.
+/// A word never starts or ends on a default-ignorable code point but continues across one.
+#[inline]
+fn scan(text: &str, mut f: impl FnMut(usize, usize, usize, usize)) {
+    let n = text.len();
+    let (mut i, mut cp) = (0, 0);
+    // The open word's start, and the end of its last word character (bytes, code points).
+    let mut open: Option<(usize, usize)> = None;
+    let (mut last_b, mut last_c) = (0, 0);
+    while i < n {
+        let (class, len) = class_at(text, i);
+        match class {
+            Class::Word => {
+                if open.is_none() {
+                    open = Some((i, cp));
+                }
+                (last_b, last_c) = (i + len, cp + 1);
+            }
+            Class::Ignorable => {}
+            Class::Separator => {
+                if let Some((bs, cs)) = open.take() {
+                    f(bs, last_b, cs, last_c);
+                }
+            }
+        }
+        i += len;
+        cp += 1;
+    }
+    if let Some((bs, cs)) = open {
+        f(bs, last_b, cs, last_c);
+    }
+}
+
 /// Calls `f(byte_start, byte_end)` for every word of `text`, in order.
 #[inline]
 pub fn for_each_word(text: &str, mut f: impl FnMut(usize, usize)) {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    let mut start: Option<usize> = None;
-    while i < bytes.len() {
-        let b = bytes[i];
-        let (is_word, len) = if b < 0x80 {
-            (b.is_ascii_alphanumeric(), 1)
-        } else {
-            // SAFETY of indexing: `i` is always at a char boundary.
-            let c = text[i..].chars().next().expect("char at boundary");
-            (is_word_char(c), c.len_utf8())
-        };
-        match (is_word, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                f(s, i);
-                start = None;
-            }
-            _ => {}
-        }
-        i += len;
-    }
-    if let Some(s) = start {
-        f(s, bytes.len());
-    }
+    scan(text, |bs, be, _, _| f(bs, be));
 }
 
 /// Every word of `text` with byte and code-point offsets.
 pub fn word_spans(text: &str) -> Vec<WordSpan> {
     let mut out = Vec::new();
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    let mut cp = 0;
-    let mut start: Option<(usize, usize)> = None;
-    while i < bytes.len() {
-        let b = bytes[i];
-        let (is_word, len) = if b < 0x80 {
-            (b.is_ascii_alphanumeric(), 1)
-        } else {
-            let c = text[i..].chars().next().expect("char at boundary");
-            (is_word_char(c), c.len_utf8())
-        };
-        match (is_word, start) {
-            (true, None) => start = Some((i, cp)),
-            (false, Some((bs, cs))) => {
-                out.push(WordSpan {
-                    byte_start: bs,
-                    byte_end: i,
-                    char_start: cs,
-                    char_end: cp,
-                });
-                start = None;
-            }
-            _ => {}
-        }
-        i += len;
-        cp += 1;
-    }
-    if let Some((bs, cs)) = start {
+    scan(text, |byte_start, byte_end, char_start, char_end| {
         out.push(WordSpan {
-            byte_start: bs,
-            byte_end: bytes.len(),
-            char_start: cs,
-            char_end: cp,
-        });
-    }
+            byte_start,
+            byte_end,
+            char_start,
+            char_end,
+        })
+    });
     out
 }
 
@@ -139,6 +155,17 @@ mod tests {
         let got: Vec<_> = spans.iter().map(|w| (w.char_start, w.char_end)).collect();
         assert_eq!(got, [(0, 3), (4, 10), (11, 13), (14, 19)]);
         assert_eq!(words(text), ["Zoë", "Müller", "北京", "cafe\u{301}"]);
+    }
+
+    #[test]
+    fn ignorable_code_points_do_not_split_words() {
+        let text = "\u{200B}Robin\u{AD}son\u{AD} J\u{200D}o \u{FEFF}\u{AD}, x";
+        assert_eq!(words(text), ["Robin\u{AD}son", "J\u{200D}o", "x"]);
+        let got: Vec<_> = word_spans(text)
+            .iter()
+            .map(|w| (w.char_start, w.char_end))
+            .collect();
+        assert_eq!(got, [(1, 10), (12, 15), (20, 21)]);
     }
 
     #[test]

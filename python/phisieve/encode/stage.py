@@ -31,11 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _core
-from .dataset import MANIFEST, DatasetWriter, open_source, require_columns
-from .errors import ConfigError, InputError, MissingDependencyError
-from .progress import progress_bar
-from .term_index import _string, direct_words_by_patient, read_terms
+from .. import _core
+from ..dataset import MANIFEST, DatasetWriter, open_source, require_columns
+from ..errors import ConfigError, InputError, MissingDependencyError
+from ..progress import progress_bar
+from ..term_index import _string, read_terms, terms_options
+from .protection import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
 
 ENCODED = pa.schema(
     [
@@ -271,15 +272,17 @@ def _token_words(
 
 def _word_flags(
     texts: pa.Array,
+    doc_ids: list[str],
     patients: list[str],
     normalize: str,
     marker: Any,
     policy: str,
     direct_terms: pa.Array,
     direct_keys: pa.Array,
-) -> tuple[pa.RecordBatch, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """phisieve's words of each text, their count per text, and per word (flat) whether it is
-    a direct and an indirect identifier."""
+    spans: DocSpans | None,
+) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
+    """phisieve's words of each text, their count per text, and per word (flat) each reason
+    of :data:`~phisieve.encode.protection.REASONS` that protects it."""
     toks = _core.tokenize(texts, normalize=normalize)
     words = toks.column("words")
     counts = pc.list_value_length(words).to_numpy(zero_copy_only=False)
@@ -288,12 +291,69 @@ def _word_flags(
         indirect = _flat(marker.mark(texts, policy=policy)).astype(bool)
     else:
         indirect = np.zeros(len(flat), bool)
-    direct = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
+    corpus = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
+    patient = np.zeros(len(flat), bool)
     if len(direct_keys):
         owners = np.repeat(np.array(patients, dtype=object), counts)
         keys = pc.binary_join_element_wise(pa.array(owners, pa.string()), flat, "\x00")
-        direct |= pc.is_in(keys, value_set=direct_keys).to_numpy(zero_copy_only=False)
-    return toks, counts, (direct, indirect)
+        patient = pc.is_in(keys, value_set=direct_keys).to_numpy(zero_copy_only=False)
+    span = np.zeros(len(flat), bool)
+    if spans is not None:
+        span = spans.overlap(
+            doc_ids, _flat(toks.column("starts")), _flat(toks.column("ends")), counts
+        )
+    # Propagation counts beyond the spans: a word inside a span is protected in place.
+    flags = {
+        "span": span,
+        "patient": patient & ~span,
+        "corpus": corpus & ~span,
+        "indirect": indirect,
+    }
+    return toks, counts, flags
+
+
+def collect_span_words(
+    src: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> SpanWords:
+    """The words of the direct spans of ``src``'s documents, per patient (a pass that
+    tokenises only the documents that have spans)."""
+    found = SpanWords(spans)
+    wanted = pa.array(list(spans.by_doc), pa.string())
+    if not len(wanted):
+        return found
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        keep = pc.is_in(_string(batch.column(0)), value_set=wanted)
+        if not pc.any(keep).as_py():
+            continue
+        b = batch.filter(keep)
+        words = _core.tokenize(_string(b.column(2)), normalize=normalize)
+        found.add(_string(b.column(0)), _string(b.column(1)), words)
+    return found
+
+
+def resolve_options(
+    terms: pa.Table | None, normalize: str | None, direct_scope: str | None
+) -> tuple[str, str]:
+    """The normalisation and direct scope to encode with: the ones given, else those the
+    terms were made with, else the defaults. A term table made otherwise than asked is
+    refused: its words would not match the encoded ones (a case-kept "Dupont" is no
+    "dupont")."""
+    recorded = terms_options(terms) if terms is not None else {}
+    out = []
+    for name, given, default in (
+        ("normalize", normalize, "nfkc_lower"),
+        ("direct_scope", direct_scope, DEFAULT_SCOPE),
+    ):
+        made = recorded.get(name)
+        if given is not None and made is not None and given != made:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"the terms were made with {flag} {made}, not {given}: encode with {flag} "
+                f"{made} (or leave {flag} out to use the terms' own), or index again"
+            )
+        out.append(given if given is not None else made if made is not None else default)
+    check_scope(out[1])
+    return out[0], out[1]
 
 
 def _pseudonymize(
@@ -317,6 +377,7 @@ def encode_batches(
     tokenizer: Any,
     *,
     terms: pa.Table | None = None,
+    spans: DocSpans | None = None,
     direct_words: dict[str, set[str]] | None = None,
     max_len: int = 512,
     ngram: int = 1,
@@ -329,8 +390,16 @@ def encode_batches(
     batch_size: int = 1024,
     stats: dict[str, int] | None = None,
     advance: Any = None,
+    gold: DocSpans | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Encode documents into ``encoded`` record batches (see :func:`encode`)."""
+    """Encode documents into ``encoded`` record batches (see :func:`encode`).
+
+    ``spans`` protects the words of direct spans in place, ``direct_words`` (patient ->
+    normalised words) the same words in all the patient's documents. With ``gold`` spans,
+    ``stats`` also counts the word tokens inside them (``gold_tokens``) and how many are
+    protected, in all and by reason (``gold_protected``, ``gold_<reason>``)."""
+    if gold is not None and pseudonymize:
+        raise ConfigError("gold spans cannot be scored on pseudonymised text")
     src = docs if hasattr(docs, "batches") else open_source(docs, batch_size)
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     special = SpecialTokens.of(tokenizer)
@@ -354,7 +423,11 @@ def encode_batches(
         [f"{p}\x00{w}" for p, ws in direct_words.items() for w in ws], pa.string()
     )
     stats = stats if stats is not None else {}
-    for key in ("documents", "sequences", "tokens", "protected", "direct", "indirect", "words"):
+    keys = ["documents", "sequences", "tokens", "protected", "direct", "indirect", "words"]
+    keys += [f"{p}_{r}" for p in ("by", "only") for r in REASONS]
+    if gold is not None:
+        keys += ["gold_tokens", "gold_protected", *(f"gold_{r}" for r in REASONS)]
+    for key in keys:
         stats.setdefault(key, 0)
     last_patient = None
     for batch in src.batches([doc_col, patient_col, text_col]):
@@ -368,8 +441,10 @@ def encode_batches(
                 row = int(pc.index(pc.is_null(col), True).as_py())
                 raise InputError(f"{name} is null", path=src.name, row=row, column=name)
         patient_list = patients.to_pylist()
+        doc_list = doc_ids.to_pylist()
         flags = functools.partial(
             _word_flags,
+            doc_ids=doc_list,
             patients=patient_list,
             normalize=normalize,
             marker=marker,
@@ -377,8 +452,9 @@ def encode_batches(
             direct_terms=direct_terms,
             direct_keys=direct_keys,
         )
-        toks, counts, (direct, indirect) = flags(texts)
+        toks, counts, reasons = flags(texts, spans=spans)
         if pseudonymize:
+            direct = reasons["span"] | reasons["patient"] | reasons["corpus"]
             per_doc = np.split(direct, np.cumsum(counts)[:-1])
             new = _pseudonymize(
                 texts.to_pylist(),
@@ -387,21 +463,30 @@ def encode_batches(
                 per_doc,
             )
             texts = pa.array(new, pa.large_string())
-            toks, counts, (direct, indirect) = flags(texts)
-            direct = np.zeros_like(direct)
+            # The spans' offsets point into the old text; no word is direct any more.
+            toks, counts, reasons = flags(texts, spans=None)
+            for r in ("span", "patient", "corpus"):
+                reasons[r] = np.zeros_like(reasons[r])
         encodings = backend.encode_batch(texts.to_pylist(), add_special_tokens=False)
         lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
-        words, tok_counts, (tok_direct, tok_indirect) = _token_words(
-            [e.offsets for e in encodings],
+        offsets = [e.offsets for e in encodings]
+        words, tok_counts, tok_flags = _token_words(
+            offsets,
             _flat(toks.column("starts")).astype(np.int64),
             _flat(toks.column("ends")).astype(np.int64),
             counts,
             lengths,
-            (direct, indirect),
+            tuple(reasons[r] for r in REASONS),
         )
+        by_reason = dict(zip(REASONS, tok_flags, strict=True))
+        tok_direct = by_reason["span"] | by_reason["patient"] | by_reason["corpus"]
+        tok_indirect = by_reason["indirect"]
+        _count_reasons(stats, by_reason)
+        if gold is not None:
+            _count_gold(stats, gold, doc_list, offsets, tok_counts, words, by_reason)
         ids = np.array([i for e in encodings for i in e.ids], dtype=np.uint32)
         bounds = np.concatenate([[0], np.cumsum(tok_counts)])
-        for r, doc in enumerate(doc_ids.to_pylist()):
+        for r, doc in enumerate(doc_list):
             patient = patient_list[r]
             if last_patient is not None and patient != last_patient:
                 packer.finish_patient()
@@ -421,6 +506,70 @@ def encode_batches(
         yield _count(out, stats)
 
 
+def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> None:
+    stacked = np.stack([by_reason[r] for r in REASONS]) if by_reason else None
+    if stacked is None or stacked.shape[1] == 0:
+        return
+    alone = stacked.sum(axis=0) == 1
+    for i, r in enumerate(REASONS):
+        stats[f"by_{r}"] += int(stacked[i].sum())
+        stats[f"only_{r}"] += int((stacked[i] & alone).sum())
+
+
+def _count_gold(
+    stats: dict[str, int],
+    gold: DocSpans,
+    doc_ids: list[str],
+    offsets: list[list[tuple[int, int]]],
+    tok_counts: np.ndarray,
+    words: np.ndarray,
+    by_reason: dict[str, np.ndarray],
+) -> None:
+    """Count the word tokens (tokens inside one of our words) that overlap a gold span."""
+    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
+    inside = gold.overlap(doc_ids, flat[:, 0], flat[:, 1], tok_counts) & (words >= 0)
+    protected = np.zeros(len(inside), bool)
+    for r in REASONS:
+        stats[f"gold_{r}"] += int((inside & by_reason[r]).sum())
+        protected |= by_reason[r]
+    stats["gold_tokens"] += int(inside.sum())
+    stats["gold_protected"] += int((inside & protected).sum())
+
+
+def protection_report(stats: dict[str, Any]) -> dict[str, Any]:
+    """The protected share of tokens, in all and by reason (``by``: every token a reason
+    protects; ``only``: those no other reason protects, i.e. what dropping it would free),
+    and, when gold spans were scored, the coverage of gold PHI tokens."""
+    tokens = stats.get("tokens", 0)
+
+    def share(n: int) -> float:
+        return n / tokens if tokens else 0.0
+
+    report: dict[str, Any] = {
+        "tokens": tokens,
+        "protected": stats.get("protected", 0),
+        "protected_share": share(stats.get("protected", 0)),
+        "by_reason": {
+            r: {
+                "tokens": stats.get(f"by_{r}", 0),
+                "share": share(stats.get(f"by_{r}", 0)),
+                "only": stats.get(f"only_{r}", 0),
+                "only_share": share(stats.get(f"only_{r}", 0)),
+            }
+            for r in REASONS
+        },
+    }
+    if "gold_tokens" in stats:
+        g = stats["gold_tokens"]
+        report["gold"] = {
+            "tokens": g,
+            "protected": stats["gold_protected"],
+            "coverage": stats["gold_protected"] / g if g else 1.0,
+            "by_reason": {r: stats[f"gold_{r}"] for r in REASONS},
+        }
+    return report
+
+
 def _count(batch: pa.RecordBatch, stats: dict[str, int]) -> pa.RecordBatch:
     stats["sequences"] += batch.num_rows
     stats["tokens"] += len(batch.column("input_ids").flatten())
@@ -435,16 +584,18 @@ def encode(
     tokenizer: str | Path | Any,
     *,
     terms: str | Path | pa.Table | None = None,
-    spans: str | Path | None = None,
+    spans: str | Path | pa.Table | None = None,
     max_len: int = 512,
     ngram: int = 1,
     policy: str = "all",
-    normalize: str = "nfkc_lower",
+    normalize: str | None = None,
+    direct_scope: str | None = None,
     pseudonymize: bool = False,
     doc_col: str = "doc_id",
     patient_col: str = "patient_id",
     text_col: str = "text",
     progress: bool = False,
+    gold: str | Path | pa.Table | None = None,
 ) -> dict[str, Any]:
     """Tokenise documents for a model and write the ``encoded`` dataset.
 
@@ -461,19 +612,29 @@ def encode(
         The ``terms`` of :func:`phisieve.index`: its indirect terms (``n <= ngram``) and
         ``direct`` terms mark tokens. Without it, no token is indirect.
     spans
-        A ``spans`` dataset (``doc_id``, ``spans``) of direct identifiers.
+        A ``spans`` dataset (``doc_id``, ``spans``) of direct identifiers: their words are
+        protected in place and, unless ``direct_scope`` is ``span``, in every document of
+        the same patient (:mod:`phisieve.encode.protection`).
     max_len
         Largest sequence length in model tokens, special tokens included.
     ngram, policy
         Use indirect n-grams up to ``ngram`` words, protecting their words under ``policy``
         (``all`` or ``minimal``, see :class:`phisieve._core.Marker`).
+    normalize, direct_scope
+        Word normalisation and direct scope. ``None``: the ones the terms were made with
+        (recorded in their metadata), else ``nfkc_lower`` and ``identifying``. Values that
+        differ from the terms' are refused.
     pseudonymize
         Replace the words of direct identifiers by ``X`` (the MLMA/CLMA baselines).
+    gold
+        Gold PHI spans to score the protection against (coverage of gold PHI tokens, in the
+        manifest's ``protection`` report); they protect nothing.
 
     Returns
     -------
     dict
-        The manifest: sequences, tokens and how many tokens are protected, direct, indirect.
+        The manifest: sequences, tokens and how many tokens are protected, direct, indirect,
+        and ``protection``: the protected share by reason (and the gold coverage).
     """
     if max_len < 4:
         raise ConfigError(f"max_len must be at least 4, not {max_len}")
@@ -483,11 +644,18 @@ def encode(
     src = open_source(docs, 1024)
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     term_table = read_terms(terms) if isinstance(terms, (str, Path)) else terms
-    direct_words = (
-        direct_words_by_patient(src, Path(spans), doc_col, patient_col, text_col, normalize)
-        if spans is not None
-        else None
-    )
+    normalize, direct_scope = resolve_options(term_table, normalize, direct_scope)
+    doc_spans = DocSpans.read(spans) if spans is not None else None
+    gold_spans = DocSpans.read(gold) if gold is not None else None
+    direct_words = None
+    if doc_spans is not None and direct_scope != "span":
+        if not src.reiterable:
+            # The patients' span words are needed before their documents are encoded: a
+            # one-shot stream is held in memory to be read twice.
+            src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema))
+        direct_words = collect_span_words(
+            src, doc_spans, doc_col, patient_col, text_col, normalize
+        ).patient_words()
     special = SpecialTokens.of(tok)
     stats: dict[str, int] = {}
     out = Path(out)
@@ -497,6 +665,7 @@ def encode(
             src,
             tok,
             terms=term_table,
+            spans=doc_spans,
             direct_words=direct_words,
             max_len=max_len,
             ngram=ngram,
@@ -508,8 +677,12 @@ def encode(
             text_col=text_col,
             stats=stats,
             advance=adv,
+            gold=gold_spans,
         ):
             writer.write(b)
+    direct_terms = 0
+    if term_table is not None and "direct" in term_table.column_names:
+        direct_terms = int(pc.sum(term_table.column("direct")).as_py() or 0)
     encoding = {
         "tokenizer": str(getattr(tok, "name_or_path", "")),
         "max_len": max_len,
@@ -520,8 +693,11 @@ def encode(
         "ngram": ngram,
         "policy": policy,
         "normalize": normalize,
+        "direct_scope": direct_scope,
         "with_terms": term_table is not None,
         "with_spans": spans is not None,
+        "direct_terms": direct_terms,
+        "protection": protection_report(stats),
     }
     (out / ENCODING).write_text(json.dumps(encoding, indent=2))
     return writer.close(**stats, encoding=encoding)

@@ -1,0 +1,209 @@
+"""Which words are direct identifiers beyond the spans that were detected: the scope policy.
+
+A detected (or gold) span of a direct identifier protects the words it overlaps *in place*.
+Its words may also be direct identifiers where no span was found: the same surname in
+another note of the patient, a nurse's name that the detector found in other patients' notes.
+Propagating every word of every span to the whole corpus, as phisieve did first, protected
+``in``, ``a``, ``s``, digits, ``care``, ``foley``... everywhere (15% of the PhysioNet tokens).
+The scope says how far a span's words reach (DESIGN.md §3):
+
+``span``
+    only the words inside a span, where it is;
+``patient``
+    also every other use, by the same patient, of a word found inside one of the patient's
+    spans (digits and single letters included: a date or an initial repeats within a
+    patient's notes, and the cost stays within that patient's text);
+``identifying`` (default)
+    ``patient``, plus corpus-wide the alphabetic words of at least two letters whose uses
+    are mostly identifying: at least ``min_share`` (default 0.2) of the word's occurrences
+    in the corpus lie inside direct spans. "care" inside one span out of thousands of uses
+    stays unprotected; a nurse's surname found in most of its uses is protected everywhere.
+    The cost of that rule is bounded: it protects at most ``(1 - min_share) / min_share``
+    times as many occurrences as the spans themselves hold;
+``corpus``
+    the old behaviour: ``patient``, plus every word found inside any span, everywhere.
+
+:class:`SpanWords` collects, in one pass over the documents, each patient's span words and
+each word's occurrences inside spans; :func:`corpus_direct_words` applies the scope to the
+index's counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..dataset import read_spans
+from ..errors import ConfigError
+
+SCOPES = ("span", "patient", "identifying", "corpus")
+"""The direct-identifier scopes, from the narrowest to the widest."""
+
+DEFAULT_SCOPE = "identifying"
+DEFAULT_MIN_SHARE = 0.2
+
+REASONS = ("span", "patient", "corpus", "indirect")
+"""Why a token is protected: inside a direct span of its document; outside them, the same
+word as a direct span of the same patient; outside them, a corpus-wide ``direct`` term; an
+indirect identifier."""
+
+
+def check_scope(scope: str, min_share: float = DEFAULT_MIN_SHARE) -> None:
+    """Raise :class:`ConfigError` for an unknown scope or a share outside (0, 1]."""
+    if scope not in SCOPES:
+        raise ConfigError(f"unknown direct scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    if not 0.0 < min_share <= 1.0:
+        raise ConfigError(f"min_share must be in (0, 1], not {min_share}")
+
+
+def merged_spans(spans: list[dict[str, Any]] | None) -> tuple[np.ndarray, np.ndarray]:
+    """A document's spans as sorted, disjoint ``(starts, ends)`` (overlapping ones united)."""
+    pairs = sorted((int(s["start"]), int(s["end"])) for s in spans or () if s["end"] > s["start"])
+    starts: list[int] = []
+    ends: list[int] = []
+    for s, e in pairs:
+        if ends and s <= ends[-1]:
+            ends[-1] = max(ends[-1], e)
+        else:
+            starts.append(s)
+            ends.append(e)
+    return np.array(starts, np.int64), np.array(ends, np.int64)
+
+
+@dataclass
+class DocSpans:
+    """Spans by document id, each document's merged into sorted, disjoint ranges."""
+
+    by_doc: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Any) -> DocSpans:
+        """From a ``spans`` dataset folder or file, or a ``spans`` table."""
+        table = path if isinstance(path, pa.Table) else read_spans(path)
+        out = cls()
+        for doc, sp in zip(
+            table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
+        ):
+            if doc is None or not sp:
+                continue
+            s, e = merged_spans(sp)
+            if str(doc) in out.by_doc:  # the same document in two rows: unite them
+                s0, e0 = out.by_doc[str(doc)]
+                s, e = merged_spans(
+                    [{"start": a, "end": b} for a, b in zip([*s0, *s], [*e0, *e], strict=True)]
+                )
+            out.by_doc[str(doc)] = (s, e)
+        return out
+
+    def overlap(
+        self, doc_ids: list[str], starts: np.ndarray, ends: np.ndarray, counts: np.ndarray
+    ) -> np.ndarray:
+        """For ranges ``[starts, ends)`` (flat, ``counts[i]`` of them for document
+        ``doc_ids[i]``, offsets local to each document), whether each overlaps a span of its
+        document. Vectorised: one sorted search over all documents."""
+        n = int(counts.sum())
+        out = np.zeros(n, bool)
+        if n == 0 or not self.by_doc:
+            return out
+        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        # Give each document its own stretch of one number line (ranges never cross them).
+        width = int(max(ends.max(initial=0), 0)) + 1
+        span_s, span_e = [], []
+        for i, doc in enumerate(doc_ids):
+            sp = self.by_doc.get(doc)
+            if sp is None or bounds[i] == bounds[i + 1]:
+                continue
+            s, e = sp
+            span_s.append(np.minimum(s, width) + i * width)
+            span_e.append(np.minimum(e, width) + i * width)
+        if not span_s:
+            return out
+        ss, se = np.concatenate(span_s), np.concatenate(span_e)
+        shift = np.repeat(np.arange(len(doc_ids), dtype=np.int64) * width, counts)
+        ws, we = starts.astype(np.int64) + shift, ends.astype(np.int64) + shift
+        j = np.searchsorted(se, ws, side="right")  # the first span ending after the start
+        ok = j < len(ss)
+        out[ok] = ss[j[ok]] < we[ok]
+        return out & (ends > starts)
+
+
+@dataclass
+class SpanWords:
+    """What the direct spans say about words, collected batch by batch.
+
+    Attributes
+    ----------
+    by_patient
+        Per patient, the normalised words found inside the patient's spans.
+    in_span
+        Per normalised word, its occurrences inside spans over the whole corpus.
+    """
+
+    spans: DocSpans
+    by_patient: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    in_span: Counter[str] = field(default_factory=Counter)
+
+    def add(self, doc_ids: pa.Array, patients: pa.Array, words: pa.RecordBatch) -> np.ndarray:
+        """Record one batch: ``words`` is :func:`phisieve.tokenize` of its texts. Returns the
+        flat per-word flags "inside a span of its document"."""
+        docs = doc_ids.to_pylist()
+        counts = pc.list_value_length(words.column("words")).to_numpy(zero_copy_only=False)
+        starts = words.column("starts").flatten().to_numpy(zero_copy_only=False)
+        ends = words.column("ends").flatten().to_numpy(zero_copy_only=False)
+        inside = self.spans.overlap([str(d) for d in docs], starts, ends, counts)
+        if inside.any():
+            flat = words.column("words").flatten().to_numpy(zero_copy_only=False)
+            owner = np.repeat(np.array(patients.to_pylist(), dtype=object), counts)
+            for p, w in zip(owner[inside], flat[inside], strict=True):
+                self.by_patient[p].add(w)
+            self.in_span.update(flat[inside].tolist())
+        return inside
+
+    def patient_words(self) -> dict[str, set[str]]:
+        """Per patient, the words that the patient's spans make direct in all their notes."""
+        return dict(self.by_patient)
+
+
+def corpus_direct_words(
+    span_words: SpanWords,
+    unigram_counts: pa.Table,
+    scope: str = DEFAULT_SCOPE,
+    min_share: float = DEFAULT_MIN_SHARE,
+) -> set[str]:
+    """The words that ``scope`` makes direct identifiers in every note of the corpus.
+
+    Parameters
+    ----------
+    span_words
+        The span words of the corpus.
+    unigram_counts
+        ``term`` and ``count`` of every word of the corpus (the index's ``n = 1`` rows).
+    scope, min_share
+        See the module's documentation.
+    """
+    check_scope(scope, min_share)
+    if scope in ("span", "patient") or not span_words.in_span:
+        return set()
+    if scope == "corpus":
+        return set(span_words.in_span)
+    inside = pl.DataFrame(
+        {"term": list(span_words.in_span), "inside": list(span_words.in_span.values())},
+        schema={"term": pl.String, "inside": pl.Int64},
+    )
+    counts = pl.from_arrow(unigram_counts.select(["term", "count"]))
+    assert isinstance(counts, pl.DataFrame)
+    picked = (
+        inside.join(counts, on="term", how="left")
+        .filter(
+            pl.col("term").str.contains(r"^[^\W\d_]{2,}$")
+            & (pl.col("inside") >= min_share * pl.col("count").fill_null(0).cast(pl.Float64))
+        )
+        .get_column("term")
+    )
+    return set(picked.to_list())
