@@ -11,7 +11,6 @@ from collections.abc import Iterable
 
 import regex
 
-
 IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
 """Unicode's default-ignorable code points, from the ``regex`` module's own tables."""
 

@@ -518,6 +518,13 @@ def train(
     max_grad_norm: Annotated[float, typer.Option(help="DP-SGD per-sample clipping norm.")] = 1.0,
     max_per_patient: Annotated[int, typer.Option(help="DP-SGD: sequences per patient.")] = 50,
     delta: Annotated[float | None, typer.Option(help="DP δ (default 1/patients).")] = None,
+    allow_unprotected: Annotated[
+        bool,
+        typer.Option(
+            help="Train a privacy-preserving objective on a dataset encoded without --terms "
+            "and --spans (nothing protected)."
+        ),
+    ] = False,
 ) -> None:
     """Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving)
     objective; writes the model, metrics.jsonl and train.json to OUT."""
@@ -539,6 +546,7 @@ def train(
         checkpoint_every=checkpoint_every,
         masking=MaskingConfig(probability=mask_probability, mask_only=mask_only),
         dp=DPConfig(noise_multiplier, max_grad_norm, max_per_patient, delta) if dp else None,
+        allow_unprotected=allow_unprotected,
     )
     s = run(encoded, model, out, cfg)
     line = (

@@ -8,6 +8,7 @@ per-element Python work. Draws are a pure function of ``(seed, epoch, seq_id)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +63,41 @@ def objective(name: str, causal: bool | None = None) -> Objective:
             raise ConfigError(f"objective {name} trains a {kind} LM")
         o = OBJECTIVES[other[name]]
     return o
+
+
+def check_protection(
+    objective: Objective, encoding: dict[str, Any], allow_unprotected: bool = False
+) -> None:
+    """Refuse to train a privacy-preserving objective on a dataset that protects nothing.
+
+    ``ppmlm``/``ppclm`` need a dataset encoded with ``--terms`` or ``--spans``, ``ipp`` one
+    with ``--terms`` and ``dpp`` one with ``--spans`` (or terms holding ``direct`` terms):
+    otherwise every flag is False and the objective silently trains plain MLM/CLM.
+    ``allow_unprotected=True`` is the explicit opt-out.
+    """
+    if allow_unprotected or objective.protect == "nothing":
+        return
+    terms, spans = bool(encoding.get("with_terms")), bool(encoding.get("with_spans"))
+    direct_terms = terms and encoding.get("direct_terms", 1) > 0  # older datasets: unknown
+    has = {
+        "all": terms or spans,
+        "indirect": terms,
+        "direct": spans or direct_terms,
+    }[objective.protect]
+    if not has:
+        need = {
+            "all": "--terms TERMS (from `phisieve index`) and/or --spans SPANS (from "
+            "`phisieve detect`)",
+            "indirect": "--terms TERMS (from `phisieve index`)",
+            "direct": "--spans SPANS (from `phisieve detect`)",
+        }[objective.protect]
+        raise ConfigError(
+            f"objective {objective.name} protects {objective.protect} identifiers, but this "
+            f"dataset was encoded without what marks them, so no token is protected and it "
+            f"would train plain {'CLM' if objective.causal else 'MLM'}: encode again with "
+            f"`phisieve encode ... {need}`, or pass allow_unprotected=True "
+            "(--allow-unprotected) to train on it anyway"
+        )
 
 
 @dataclass(frozen=True)

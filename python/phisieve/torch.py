@@ -31,6 +31,7 @@ from .masking import (
     MaskingConfig,
     Objective,
     batch_length,
+    check_protection,
     make_batch,
     objective,
 )
@@ -181,6 +182,9 @@ class MaskedBatches:
         number of batches; the last ``< world_size`` batches are dropped.
     return_seq_ids
         Add each row's ``seq_id``, to trace a batch back to the dataset.
+    allow_unprotected
+        Train a privacy-preserving objective on a dataset encoded without ``--terms`` and
+        ``--spans`` (nothing protected). Refused by default.
     """
 
     def __init__(
@@ -204,6 +208,7 @@ class MaskedBatches:
         world_size: int | None = None,
         return_seq_ids: bool = False,
         multiprocessing_context: Any = None,
+        allow_unprotected: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be positive, not {batch_size}")
@@ -217,6 +222,7 @@ class MaskedBatches:
             causal=causal,
             pad_to=pad_to,
             return_seq_ids=return_seq_ids,
+            allow_unprotected=allow_unprotected,
         )
         self.batch_size = batch_size
         self.seed = seed
@@ -279,8 +285,11 @@ class MaskedBatches:
         return iter(loader)
 
 
-def _objective(name: str, causal: bool | None, encoding: dict[str, Any]) -> Any:
+def _objective(
+    name: str, causal: bool | None, encoding: dict[str, Any], allow_unprotected: bool = False
+) -> Any:
     o = objective(name, causal)
+    check_protection(o, encoding, allow_unprotected)
     if o.needs_pseudonymized and not encoding.get("pseudonymized"):
         raise ConfigError(
             f"objective {o.name} needs a dataset encoded with --pseudonymize "
@@ -298,7 +307,8 @@ class PrivacyMaskingCollator:
     Call :meth:`set_epoch` at each epoch (new masks); draws depend on (seed, epoch, seq_id)
     only, never on the batch a row lands in. With ``transformers.Trainer`` over a
     ``datasets.Dataset`` of encoded rows, pass ``remove_unused_columns=False`` in the training
-    arguments so that ``word_ids`` and the flags reach the collator.
+    arguments so that ``word_ids`` and the flags reach the collator. A privacy-preserving
+    objective on a dataset that protects nothing is refused unless ``allow_unprotected``.
     """
 
     def __init__(
@@ -312,9 +322,10 @@ class PrivacyMaskingCollator:
         causal: bool | None = None,
         pad_to: str | int = "max_len",
         return_seq_ids: bool = False,
+        allow_unprotected: bool = False,
     ) -> None:
         self.encoding = encoding if isinstance(encoding, dict) else read_encoding(Path(encoding))
-        self.objective = _objective(objective, causal, self.encoding)
+        self.objective = _objective(objective, causal, self.encoding, allow_unprotected)
         self.seed, self.epoch = seed, epoch
         self.masking = masking or MaskingConfig()
         self.pad_to = pad_to
@@ -372,10 +383,16 @@ class EncodedRows(Dataset):
         max_per_patient: int | None = None,
         masking: MaskingConfig | None = None,
         causal: bool | None = None,
+        allow_unprotected: bool = False,
     ) -> None:
         self.encoding = read_encoding(Path(path))
         self.collator = PrivacyMaskingCollator(
-            self.encoding, objective, seed=seed, masking=masking, causal=causal
+            self.encoding,
+            objective,
+            seed=seed,
+            masking=masking,
+            causal=causal,
+            allow_unprotected=allow_unprotected,
         )
         table = pa.concat_tables(
             [pq.read_table(f, columns=COLUMNS) for f in parquet_files(Path(path))]

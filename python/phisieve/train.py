@@ -19,7 +19,7 @@ from typing import Any
 
 from .encode import read_encoding
 from .errors import ConfigError, MissingDependencyError
-from .masking import MaskingConfig, objective
+from .masking import MaskingConfig, check_protection, objective
 
 
 @dataclass
@@ -55,6 +55,9 @@ class TrainConfig:
     pad_to: str | int = "max_len"
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     dp: DPConfig | None = None
+    allow_unprotected: bool = False
+    """Train a privacy-preserving objective on a dataset that protects nothing (refused by
+    default: it would silently train plain MLM/CLM)."""
 
 
 def load_model(path: str | Path, causal: bool) -> Any:
@@ -107,6 +110,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
 
     encoding = read_encoding(encoded)
     obj = objective(cfg.objective)
+    check_protection(obj, encoding, cfg.allow_unprotected)
     if isinstance(model, (str, Path)):
         model = load_model(model, obj.causal)
     kind = type(model).__name__
@@ -150,6 +154,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
             pin_memory=device.type == "cuda",
             pad_to=cfg.pad_to,
             masking=cfg.masking,
+            allow_unprotected=cfg.allow_unprotected,
         )
         batches_per_epoch = len(loader)
     else:
@@ -163,6 +168,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
             seed=cfg.seed,
             max_per_patient=cfg.dp.max_per_patient,
             masking=cfg.masking,
+            allow_unprotected=cfg.allow_unprotected,
         )
         plain = torch.utils.data.DataLoader(
             rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=rows.collate

@@ -344,6 +344,20 @@ fn list_column<'a>(
     if let Some(row) = (0..rows).find(|&i| list.is_null(i)) {
         return Err(bad(format!("column {name} is null at row {row}")));
     }
+    // A null inside a list is no value at all: a null flag must never read as "not
+    // protected", nor a null id as token 0.
+    let values = list.values();
+    if values.null_count() > 0 {
+        let offsets = list.value_offsets();
+        if let Some(row) = (0..rows).find(|&r| {
+            (offsets[r] as usize..offsets[r + 1] as usize).any(|j| values.is_null(j))
+        }) {
+            return Err(bad(format!(
+                "column {name} holds a null value in row {row}; encoded lists must not \
+                 hold nulls"
+            )));
+        }
+    }
     Ok(list)
 }
 
