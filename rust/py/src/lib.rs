@@ -349,9 +349,9 @@ fn list_column<'a>(
     let values = list.values();
     if values.null_count() > 0 {
         let offsets = list.value_offsets();
-        if let Some(row) = (0..rows).find(|&r| {
-            (offsets[r] as usize..offsets[r + 1] as usize).any(|j| values.is_null(j))
-        }) {
+        if let Some(row) = (0..rows)
+            .find(|&r| (offsets[r] as usize..offsets[r + 1] as usize).any(|j| values.is_null(j)))
+        {
             return Err(bad(format!(
                 "column {name} holds a null value in row {row}; encoded lists must not \
                  hold nulls"
