@@ -243,6 +243,29 @@ def test_every_input_kind_gives_the_same_direct_terms(tmp_path):
         assert got.to_pylist() == want.to_pylist()
 
 
+def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
+    from phisieve.detect import detect
+    from phisieve.term_index import IndexReport
+
+    docs = tmp_path / "docs"
+    phisieve.synth(docs, patients=40, seed=5)
+    spans = detect(docs, ["rules"])
+    whole = IndexReport()
+    base = phisieve.index(docs, ngram=2, spans=spans, report=whole)
+    assert pc.sum(base["direct"]).as_py() > 0
+    report = IndexReport()
+    small = phisieve.index(
+        docs,
+        ngram=2,
+        spans=spans,
+        memory_budget=whole.peak_index_bytes // 4,
+        report=report,
+        batch_size=50,
+    )
+    assert report.partitions > 1 and report.passes > report.partitions  # a first pass cut short
+    assert small.to_pylist() == base.to_pylist()
+
+
 # -- leak 4: nothing protected, no complaint -------------------------------------------------
 
 

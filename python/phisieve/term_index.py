@@ -240,7 +240,9 @@ def index(
     require_columns(src.schema, cols, src.name)
     # Spans are read before the work starts, and their words collected in the first pass
     # (a one-shot stream cannot be read a second time).
-    span_words = SpanWords(DocSpans.read(spans)) if spans is not None else None
+    doc_spans = DocSpans.read(spans) if spans is not None else None
+    span_words = SpanWords(doc_spans) if doc_spans is not None else None
+    collected = False  # span words come from the first pass that reads the whole input
 
     def collect(batch: pa.RecordBatch) -> None:
         assert span_words is not None
@@ -265,7 +267,10 @@ def index(
             )
             label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
             report.passes += 1
-            each = collect if span_words is not None and report.passes == 1 else None
+            each = None
+            if doc_spans is not None and not collected:
+                span_words = SpanWords(doc_spans)  # a pass cut short leaves part of them
+                each = collect
             try:
                 overflow = _run_pass(src, cols, builder, budget, report, label, progress, each)
             except NotGroupedError:
@@ -290,6 +295,7 @@ def index(
                     )
                 pending += [(modulus * split, residue + i * modulus) for i in range(split)]
                 continue
+            collected = collected or each is not None
             parts.append(builder.finish())
             totals = builder.totals()
             report.documents, report.tokens = totals["documents"], totals["tokens"]
