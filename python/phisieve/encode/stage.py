@@ -382,7 +382,7 @@ def encode_batches(
     max_len: int = 512,
     ngram: int = 1,
     policy: str = "all",
-    normalize: str = "nfkc_lower",
+    normalize: str | None = None,
     pseudonymize: bool = False,
     doc_col: str = "doc_id",
     patient_col: str = "patient_id",
@@ -400,6 +400,7 @@ def encode_batches(
     protected, in all and by reason (``gold_protected``, ``gold_<reason>``)."""
     if gold is not None and pseudonymize:
         raise ConfigError("gold spans cannot be scored on pseudonymised text")
+    normalize = resolve_options(terms, normalize, None)[0]
     src = docs if hasattr(docs, "batches") else open_source(docs, batch_size)
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     special = SpecialTokens.of(tokenizer)
