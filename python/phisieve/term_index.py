@@ -246,8 +246,8 @@ def index(
 
     def collect(batch: pa.RecordBatch) -> None:
         assert span_words is not None
-        words = _core.tokenize(_string(batch.column(1)), normalize=normalize)
-        span_words.add(_string(batch.column(2)), _string(batch.column(0)), words)
+        columns = [_string(batch.column(i)) for i in (2, 0, 1)]  # doc, patient, text
+        span_words.add(*columns, normalize)
 
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
         if src.reiterable and not is_grouped(src, patient_col):

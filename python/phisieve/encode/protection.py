@@ -39,6 +39,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import _core
 from ..dataset import read_spans
 from ..errors import ConfigError
 
@@ -149,21 +150,20 @@ class SpanWords:
     by_patient: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     in_span: Counter[str] = field(default_factory=Counter)
 
-    def add(self, doc_ids: pa.Array, patients: pa.Array, words: pa.RecordBatch) -> np.ndarray:
-        """Record one batch: ``words`` is :func:`phisieve.tokenize` of its texts. Returns the
-        flat per-word flags "inside a span of its document"."""
-        docs = doc_ids.to_pylist()
+    def add(self, doc_ids: pa.Array, patients: pa.Array, texts: pa.Array, normalize: str) -> None:
+        """Record one batch of documents (string arrays), cut into words under
+        ``normalize``."""
+        words = _core.tokenize(texts, normalize=normalize)
         counts = pc.list_value_length(words.column("words")).to_numpy(zero_copy_only=False)
         starts = words.column("starts").flatten().to_numpy(zero_copy_only=False)
         ends = words.column("ends").flatten().to_numpy(zero_copy_only=False)
-        inside = self.spans.overlap([str(d) for d in docs], starts, ends, counts)
+        inside = self.spans.overlap([str(d) for d in doc_ids.to_pylist()], starts, ends, counts)
         if inside.any():
             flat = words.column("words").flatten().to_numpy(zero_copy_only=False)
             owner = np.repeat(np.array(patients.to_pylist(), dtype=object), counts)
             for p, w in zip(owner[inside], flat[inside], strict=True):
                 self.by_patient[p].add(w)
             self.in_span.update(flat[inside].tolist())
-        return inside
 
     def patient_words(self) -> dict[str, set[str]]:
         """Per patient, the words that the patient's spans make direct in all their notes."""

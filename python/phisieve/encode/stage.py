@@ -238,19 +238,25 @@ def _flat(list_array: pa.Array) -> np.ndarray:
     return list_array.flatten().to_numpy(zero_copy_only=False)
 
 
+def _token_offsets(offsets: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """The model tokens' (start, end) offsets of a batch as one (tokens x 2) array, and the
+    token count of each document."""
+    tok_counts = np.fromiter((len(o) for o in offsets), np.int64, len(offsets))
+    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
+    return flat, tok_counts
+
+
 def _token_words(
-    offsets: list[list[tuple[int, int]]],
+    flat: np.ndarray,
+    tok_counts: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     word_counts: np.ndarray,
     text_lengths: np.ndarray,
     flags: tuple[np.ndarray, ...],
-) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-    """Map every model token of a batch to the first word it overlaps (doc-local number, -1 for
-    none) and OR the flags of every word it overlaps. Returns per-token arrays and the token
-    count of each document."""
-    tok_counts = np.fromiter((len(o) for o in offsets), np.int64, len(offsets))
-    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Map every model token of a batch (:func:`_token_offsets`) to the first word it
+    overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps."""
     base = np.concatenate([[0], np.cumsum(text_lengths)[:-1]]).astype(np.int64)
     tok_base = np.repeat(base, tok_counts)
     ts, te = flat[:, 0] + tok_base, flat[:, 1] + tok_base
@@ -260,14 +266,14 @@ def _token_words(
     last = np.searchsorted(ws, te, side="left") - 1
     hit = (te > ts) & (first < len(ws)) & (last >= first)
     word_first = np.concatenate([[0], np.cumsum(word_counts)[:-1]])
-    doc_of_token = np.repeat(np.arange(len(offsets)), tok_counts)
+    doc_of_token = np.repeat(np.arange(len(tok_counts)), tok_counts)
     words = np.where(hit, first - word_first[doc_of_token], -1).astype(np.int64)
     out = []
     for f in flags:
         cum = np.concatenate([[0], np.cumsum(f, dtype=np.int64)])
         lo, hi = np.where(hit, first, 0), np.where(hit, last + 1, 0)
         out.append((cum[hi] - cum[lo]) > 0)
-    return words, tok_counts, tuple(out)
+    return words, tuple(out)
 
 
 def _word_flags(
@@ -326,8 +332,7 @@ def collect_span_words(
         if not pc.any(keep).as_py():
             continue
         b = batch.filter(keep)
-        words = _core.tokenize(_string(b.column(2)), normalize=normalize)
-        found.add(_string(b.column(0)), _string(b.column(1)), words)
+        found.add(*(_string(c) for c in b.columns), normalize)
     return found
 
 
@@ -470,9 +475,10 @@ def encode_batches(
                 reasons[r] = np.zeros_like(reasons[r])
         encodings = backend.encode_batch(texts.to_pylist(), add_special_tokens=False)
         lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
-        offsets = [e.offsets for e in encodings]
-        words, tok_counts, tok_flags = _token_words(
-            offsets,
+        tok_offsets, tok_counts = _token_offsets([e.offsets for e in encodings])
+        words, tok_flags = _token_words(
+            tok_offsets,
+            tok_counts,
             _flat(toks.column("starts")).astype(np.int64),
             _flat(toks.column("ends")).astype(np.int64),
             counts,
@@ -484,7 +490,7 @@ def encode_batches(
         tok_indirect = by_reason["indirect"]
         _count_reasons(stats, by_reason)
         if gold is not None:
-            _count_gold(stats, gold, doc_list, offsets, tok_counts, words, by_reason)
+            _count_gold(stats, gold, doc_list, tok_offsets, tok_counts, words, by_reason)
         ids = np.array([i for e in encodings for i in e.ids], dtype=np.uint32)
         bounds = np.concatenate([[0], np.cumsum(tok_counts)])
         for r, doc in enumerate(doc_list):
@@ -508,9 +514,7 @@ def encode_batches(
 
 
 def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> None:
-    stacked = np.stack([by_reason[r] for r in REASONS]) if by_reason else None
-    if stacked is None or stacked.shape[1] == 0:
-        return
+    stacked = np.stack([by_reason[r] for r in REASONS])
     alone = stacked.sum(axis=0) == 1
     for i, r in enumerate(REASONS):
         stats[f"by_{r}"] += int(stacked[i].sum())
@@ -521,13 +525,12 @@ def _count_gold(
     stats: dict[str, int],
     gold: DocSpans,
     doc_ids: list[str],
-    offsets: list[list[tuple[int, int]]],
+    flat: np.ndarray,
     tok_counts: np.ndarray,
     words: np.ndarray,
     by_reason: dict[str, np.ndarray],
 ) -> None:
     """Count the word tokens (tokens inside one of our words) that overlap a gold span."""
-    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
     inside = gold.overlap(doc_ids, flat[:, 0], flat[:, 1], tok_counts) & (words >= 0)
     protected = np.zeros(len(inside), bool)
     for r in REASONS:
