@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phisieve import readers as ingest_mod
+from phisieve.dataset import read_manifest, read_rejected
 from phisieve.errors import InputError
 from phisieve.readers import FORMATS, REASONS, Rejection, ingest, read_documents
 from phisieve.schema import DOCUMENTS
@@ -35,10 +36,7 @@ def read_out(out: Path) -> pa.Table:
 
 def rejected(out: Path) -> list[tuple[str, int, str | None, str]]:
     """The rejected rows as sorted (source, row, column, reason) tuples."""
-    folder = out / "_rejected"
-    if not folder.exists():
-        return []
-    t = pq.read_table(folder)
+    t = read_rejected(out)
     rows = zip(*(t[c].to_pylist() for c in ("source", "row", "column", "reason")), strict=True)
     return sorted(rows, key=lambda r: (r[0], r[1]))
 
@@ -52,14 +50,14 @@ def check_manifest(m: dict, rows: int, by_reason: dict[str, int]) -> None:
 
 
 def assert_no_secret(out: Path) -> None:
-    assert SECRET not in (out / "_SUCCESS.json").read_text()
+    assert SECRET not in json.dumps(read_manifest(out))
     for row in rejected(out):
         assert all(SECRET not in str(v) for v in row)
 
 
 def run_ingest(src: Path, out: Path, **kw) -> tuple[dict, pa.Table]:
     m = ingest(src, out, **kw)
-    assert json.loads((out / "_SUCCESS.json").read_text()) == m
+    assert read_manifest(out) == m
     assert_no_secret(out)
     return m, read_out(out)
 

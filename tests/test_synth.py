@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import re
 from collections import Counter, defaultdict
 
@@ -14,6 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.dataset as pads
 import pytest
 
+from phisieve.dataset import read_manifest
 from phisieve.errors import InputError
 from phisieve.schema import DOCUMENTS
 from phisieve.synthetic import MIMIC_COLUMNS, SYNTH, _unique_word, synth, synth_batches
@@ -247,7 +247,7 @@ def test_synth_parquet(tmp_path) -> None:
     assert got.schema == SYNTH and got.equals(ref)
     assert m["rows"] == ref.num_rows and m["patients"] == 30 and m["format"] == "parquet"
     assert m["tokens"] == sum(len(s.split()) for s in ref["text"].to_pylist())
-    assert json.loads((out / "_SUCCESS.json").read_text())["tokens"] == m["tokens"]
+    assert read_manifest(out)["tokens"] == m["tokens"]
 
 
 def test_synth_progress(tmp_path, capsys) -> None:

@@ -268,3 +268,20 @@ def read_spans(path: str | os.PathLike[str]) -> pa.Table:
     table = pa.concat_tables([pq.read_table(f) for f in parquet_files(Path(path))])
     require_columns(table.schema, ["doc_id", "spans"], str(path))
     return table.select(["doc_id", "spans"])
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The completion marker (manifest) of a dataset written by a phisieve stage."""
+    f = Path(path) / MANIFEST
+    if not f.exists():
+        raise InputError("no completion marker for this dataset", path=path)
+    return json.loads(f.read_text())
+
+
+def read_rejected(path: str | os.PathLike[str]) -> pa.Table:
+    """The rows a stage rejected while writing the dataset at ``path`` (empty when none)."""
+    folder = Path(path) / REJECTED_DIR
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    if not files:
+        return REJECTED.empty_table()
+    return pa.concat_tables([pq.read_table(f) for f in files])
