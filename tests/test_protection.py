@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import phisieve
 from phisieve import ConfigError, PhisieveError
 from phisieve.cli import app
+from phisieve.dataset import write_dataset
 from phisieve.encode import encode, load_tokenizer
 from phisieve.encode.protection import SCOPES, DocSpans
 from phisieve.masking import make_batch, objective
@@ -62,8 +63,7 @@ def span_of(text: str, word: str) -> tuple[int, int]:
 
 
 def write_docs(table: pa.Table, path: Path) -> Path:
-    path.mkdir(parents=True)
-    pq.write_table(table, path / "part-00000.parquet")
+    write_dataset(table, path)
     return path
 
 
@@ -398,8 +398,7 @@ def test_scopes(tmp_path, minilm, scope, corpus_direct, a_words, b_words):
     enc = pq.read_table(tmp_path / "enc")
     for patient, want in (("A", a_words), ("B", b_words)):
         sub = tmp_path / f"enc_{patient}"
-        sub.mkdir()
-        pq.write_table(enc.filter(pc.equal(enc["patient_id"], patient)), sub / "p.parquet")
+        write_dataset(enc.filter(pc.equal(enc["patient_id"], patient)), sub)
         assert flagged_words(sub, tok, "direct") == want, patient
     # a1's spans hold Zorblat, 12, 7 and care; a2 repeats each once. Under "span" a2's stay
     # unprotected; under the other scopes they are the same patient's words.

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .dataset import meta_dir, side_file
 from .errors import ConfigError, PhisieveError
 
 app = typer.Typer(
@@ -29,6 +30,13 @@ out_console = Console()
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        help="Replace an existing output (atomically: the old one stays until the new one "
+        "is complete)."
+    ),
+]
 Recognizers = Annotated[
     str, typer.Option(help="Comma-separated recognizers: rules, lists, presidio, stanza.")
 ]
@@ -62,12 +70,15 @@ def synth(
     patients: Annotated[int, typer.Option(help="Number of patients.")] = 500,
     seed: Annotated[int, typer.Option(help="Random seed; output is a pure function of it.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="parquet or mimic-csv.")] = "parquet",
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."""
     from .synthetic import synth as run
 
-    manifest = run(out, patients=patients, seed=seed, fmt=fmt, progress=not quiet)
+    manifest = run(
+        out, patients=patients, seed=seed, fmt=fmt, progress=not quiet, overwrite=overwrite
+    )
     out_console.print(
         f"wrote {manifest.get('rows', 0):,} notes of {patients:,} patients "
         f"(~{manifest.get('tokens', 0):,} tokens) to {out}"
@@ -88,10 +99,17 @@ def ingest(
     id_map: Annotated[
         Path | None, typer.Option(help="CSV file,patient_id[,group_id] for a txt folder.")
     ] = None,
+    encoding: Annotated[
+        str,
+        typer.Option(
+            help="Text encoding of the input: a Python codec name such as latin-1 or cp1252."
+        ),
+    ] = "utf-8",
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Read notes (MIMIC-III CSV, PhysioNet deid, JSONL, Parquet, .txt folder) into the
-    documents dataset; bad rows go to OUT/_rejected with a reason."""
+    documents dataset; bad rows go to OUT.meta/rejected with a reason (never their text)."""
     from .readers import ingest as run
 
     m = run(
@@ -103,7 +121,9 @@ def ingest(
         doc_col=doc_col,
         group_col=group_col,
         id_map=id_map,
+        encoding=encoding,
         progress=not quiet,
+        overwrite=overwrite,
     )
     out_console.print(
         f"read {m['rows_in']:,} rows: {m['rows']:,} documents written to {out}, "
@@ -137,9 +157,11 @@ def index(
     ] = None,
     direct_scope: DirectScope = "identifying",
     min_share: MinShare = 0.2,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
-    """Build the patient x term index: terms, blacklist.txt and stats.json in OUT."""
+    """Build the patient x term index: the terms dataset in OUT; blacklist.txt and
+    stats.json in OUT.meta."""
     from .term_index import write_index
 
     stats = write_index(
@@ -157,6 +179,7 @@ def index(
         spans=spans,
         direct_scope=direct_scope,
         min_share=min_share,
+        overwrite=overwrite,
     )
     print_index_summary(stats)
     if spans is not None:
@@ -164,7 +187,7 @@ def index(
             f"{stats['direct_terms']:,} words of direct spans marked direct in the whole "
             f"corpus (scope {direct_scope})"
         )
-    out_console.print(f"terms, blacklist.txt and stats.json written to {out}")
+    out_console.print(f"terms written to {out}; blacklist.txt and stats.json to {meta_dir(out)}")
 
 
 @app.command()
@@ -176,17 +199,29 @@ def merge(
         bool,
         typer.Option(help="Shards may share patients (counts >= k become lower bounds)."),
     ] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Merge the terms of shards of a corpus (indexed separately) into one index."""
     import pyarrow.compute as pc
 
-    from .dataset import DatasetWriter
+    from .dataset import DatasetWriter, check_inputs, check_output
     from .term_index import merge_terms, read_terms, terms_options
 
+    inputs = check_inputs(**{f"part{i}": p for i, p in enumerate(parts)})
+    check_output(out, overwrite, inputs)
     merged = merge_terms([read_terms(p) for p in parts], k=k, patients_disjoint=not shared_patients)
-    writer = DatasetWriter(out, merged.schema, rows_per_part=1_000_000)
-    writer.write(merged)
-    writer.close(**terms_options(merged), merged_from=[str(p) for p in parts])
+    options = {**terms_options(merged), "shared_patients": shared_patients}
+    with DatasetWriter(
+        out,
+        merged.schema,
+        stage="merge",
+        inputs=inputs,
+        options=options,
+        overwrite=overwrite,
+        rows_per_part=1_000_000,
+    ) as writer:
+        writer.write(merged)
+        writer.close(**terms_options(merged), merged_from=[str(p) for p in parts])
     indirect = pc.sum(merged.column("indirect")).as_py()
     out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
 
@@ -196,7 +231,11 @@ def surrogate(
     docs: Annotated[Path, typer.Argument(help="The documents dataset, with [** ... **].")],
     out: Out,
     secret_file: Annotated[
-        Path, typer.Option(help="File holding the secret key (>= 16 bytes); kept apart.")
+        Path,
+        typer.Option(
+            help="File holding the secret key: random, >= 32 bytes (make one with "
+            '`python -c "import secrets; print(secrets.token_hex(32))" > KEY`); kept apart.'
+        ),
     ],
     locale: Annotated[str, typer.Option(help="Faker locale of the surrogates.")] = "en_US",
     keep_unfilled: Annotated[
@@ -206,6 +245,16 @@ def surrogate(
     years: Annotated[
         str, typer.Option(help="FIRST:LAST: years each patient's latest date moves into.")
     ] = "2000:2020",
+    report_unknown_categories: Annotated[
+        bool,
+        typer.Option(
+            "--report-unknown-categories",
+            help="Name, in the report and the manifest, the unknown categories that at least "
+            "two patients use (one patient's are only counted: they may be PHI). Without it "
+            "unknown categories are only counted.",
+        ),
+    ] = False,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."""
@@ -225,13 +274,16 @@ def surrogate(
         keep_unfilled=keep_unfilled,
         years=(lo, hi),
         progress=not quiet,
+        overwrite=overwrite,
+        report_unknown=report_unknown_categories,
     )
     print_surrogate_summary(m)
     out_console.print(f"written to {out}")
 
 
 def print_surrogate_summary(m: dict[str, Any]) -> None:
-    """The surrogate stage's counts, and the unknown categories it had to report."""
+    """The surrogate stage's counts; unknown categories by name only when the manifest holds
+    them (``--report-unknown-categories``: those two patients use), otherwise counted."""
     table = Table(title="surrogates", show_header=True, header_style="bold")
     table.add_column("kind")
     table.add_column("filled", justify="right")
@@ -242,15 +294,27 @@ def print_surrogate_summary(m: dict[str, Any]) -> None:
         f"{m['rows']:,} documents: {m['placeholders']:,} placeholders, {m['filled']:,} "
         f"filled, {m['unfilled']:,} left unfilled, {m['markers_removed']:,} stray markers removed"
     )
+    if m.get("dates_clamped"):
+        out_console.print(
+            f"[yellow]{m['dates_clamped']:,} date placeholders were no calendar date[/] "
+            "(e.g. month 13, February 30): moved to the nearest date before the shift"
+        )
+    unknown = m["unknown"]
+    if not unknown["categories"]:
+        return
+    out_console.print(
+        f"[yellow]{unknown['categories']:,} unknown categories[/] "
+        f"({unknown['placeholders']:,} placeholders; "
+        f"{unknown['single_patient_categories']:,} of them used by one patient each)"
+    )
+    if "unknown_categories" not in m:
+        out_console.print(
+            "not named: --report-unknown-categories names those at least two patients use"
+        )
+        return
     for category, n in m["unknown_categories"].items():
         out_console.print(
             f"[yellow]unknown category[/] {escape(category)!r}: {n:,}", highlight=False
-        )
-    single = m["unknown_categories_single_patient"]
-    if single["categories"]:
-        out_console.print(
-            f"[yellow]{single['categories']:,} unknown categories used by one patient each[/] "
-            f"({single['placeholders']:,} placeholders; not shown: they may be PHI)"
         )
 
 
@@ -262,11 +326,12 @@ def placeholders(
     ] = None,
     docs: Annotated[Path | None, typer.Option(help="A documents dataset.")] = None,
     spans: Annotated[Path | None, typer.Option(help="The documents' gold spans.")] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."""
     from .gold import placeholders as run
 
-    m = run(out, corpus=corpus, docs=docs, spans=spans)
+    m = run(out, corpus=corpus, docs=docs, spans=spans, overwrite=overwrite)
     out_console.print(
         f"{m['rows']:,} documents: {m['spans']:,} gold spans -> {m['placeholders']:,} "
         f"placeholders ({m['merged']:,} overlaps merged); written to {out}"
@@ -290,22 +355,41 @@ def detect(
     ] = None,
     stanza_model: StanzaModel = None,
     workers: Annotated[int, typer.Option(help="spaCy processes for presidio.")] = 1,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
+    from .dataset import check_inputs, check_output
     from .detect import detect as run
     from .detect import write_spans
 
+    inputs = check_inputs(docs=docs, deny=deny, allow=allow)
+    check_output(out, overwrite, inputs)
+    thresholds = parse_thresholds(min_score)
     spans = run(
         docs,
         **detect_options(recognizers, deny, allow, stanza_model),
-        min_score=parse_thresholds(min_score),
+        min_score=thresholds,
         presidio_model=presidio_model,
         workers=workers,
         progress=not quiet,
     )
     n = sum(len(s) for s in spans.column("spans").to_pylist())
-    write_spans(spans, out, recognizers=recognizers, spans_found=n)
+    options = {
+        "recognizers": recognizers,
+        "min_score": thresholds,
+        "presidio_model": presidio_model,
+        "stanza_model": stanza_model,
+    }
+    write_spans(
+        spans,
+        out,
+        inputs=inputs,
+        options=options,
+        overwrite=overwrite,
+        recognizers=recognizers,
+        spans_found=n,
+    )
     out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
 
 
@@ -384,6 +468,7 @@ def encode(
         str | None,
         typer.Option(help="span, patient, identifying or corpus (default: the terms' own)."),
     ] = None,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Tokenise documents for a model, with per-token protected/direct flags, packed per
@@ -403,6 +488,7 @@ def encode(
         direct_scope=direct_scope,
         pseudonymize=pseudonymize,
         progress=not quiet,
+        overwrite=overwrite,
     )
     share = m["protected"] / m["tokens"] if m["tokens"] else 0.0
     out_console.print(
@@ -606,17 +692,21 @@ def demo(
     from .term_index import write_index
 
     out_console.rule("[bold]1. synthetic corpus")
-    manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True)
+    manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True, overwrite=True)
     out_console.print(f"{manifest['rows']:,} notes of {patients:,} patients in {out / 'notes'}")
     out_console.rule("[bold]2. surrogate PHI in the placeholders, with gold spans")
     # A fresh random key, kept in memory only: the demo's surrogates differ on every run.
-    m = run_surrogate(out / "notes", out / "notes_phi", os.urandom(32), progress=True)
+    m = run_surrogate(
+        out / "notes", out / "notes_phi", os.urandom(32), progress=True, overwrite=True
+    )
     print_surrogate_summary(m)
     out_console.print(f"filled notes and their gold `spans`: {out / 'notes_phi'}")
     out_console.rule("[bold]3. patient x term index")
-    stats = write_index(out / "notes_phi", out / "terms", k=2, ngram=ngram, progress=True)
+    stats = write_index(
+        out / "notes_phi", out / "terms", k=2, ngram=ngram, progress=True, overwrite=True
+    )
     print_index_summary(stats)
-    out_console.print(f"blacklist: {out / 'terms' / 'blacklist.txt'}")
+    out_console.print(f"blacklist: {side_file(out / 'terms', 'blacklist.txt')}")
     flagged, words = gold_words_flagged(out / "notes_phi", out / "terms")
     out_console.print(
         f"gold PHI words (from the surrogate spans) that the index flags as indirect "
@@ -631,12 +721,12 @@ def gold_words_flagged(filled: Path, terms: Path) -> tuple[int, int]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .dataset import parquet_files
+    from .dataset import dataset_files
     from .term_index import read_terms
     from .tokenize import tokenize
 
     docs = pa.concat_tables(
-        [pq.read_table(f, columns=["text", "spans"]) for f in parquet_files(filled)]
+        [pq.read_table(f, columns=["text", "spans"]) for f in dataset_files(filled)]
     )
     pieces = [
         text[sp["start"] : sp["end"]]

@@ -1,15 +1,37 @@
-"""Reading and writing phisieve's Parquet datasets (a folder of part files).
+"""phisieve's dataset contract: every stage writes and reads Parquet datasets through it.
 
-Every stage writes through :class:`DatasetWriter`: part files are written under a temporary
-name and renamed when complete, so a reader never sees half a file, and rejected rows go to a
-``_rejected`` dataset beside the output with a reason. A ``_SUCCESS.json`` manifest records the
-counts when the stage finishes.
+A dataset is a folder that holds **only** its data ``.parquet`` files, so polars, pyarrow,
+duckdb and Hugging Face ``datasets`` read it by path and count exactly its rows. Everything
+else lives in a sibling folder named after it with ``.meta`` (``enc/`` → ``enc.meta/``):
+
+- ``manifest.json``, the completion marker, written last: the stage, the row counts, every
+  data file with its rows and size, the inputs' identity (path and the SHA-256 of their own
+  marker) and the options;
+- ``rejected/``, a Parquet dataset of the rows the stage could not process (source, row,
+  column, reason; never their text);
+- the stage's side files (``blacklist.txt`` and ``stats.json`` of the index).
+
+Writing is atomic: :class:`DatasetWriter` writes the data and the metadata into hidden
+temporary folders beside the target (``.enc.tmp-…``, ``.enc.meta.tmp-…``) and, once the marker
+is written, moves them into place. A run killed before that point leaves the previous output
+untouched; one killed while moving is finished by the next phisieve command that opens the
+output (its marker is complete, so the new output is). A reader therefore sees the previous
+complete output or the new complete output, never a mix.
+
+Reading is checked: :func:`check_dataset` refuses a folder without a valid marker, or whose
+files differ from the ones the marker lists, naming the folder and what is wrong.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
+import shutil
+import socket
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,35 +41,353 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from .errors import InputError
+from .errors import InputError, OutputExistsError
 from .schema import REJECTED
 
-MANIFEST = "_SUCCESS.json"
-REJECTED_DIR = "_rejected"
+META_SUFFIX = ".meta"
+MANIFEST = "manifest.json"
+REJECTED_DIR = "rejected"
+MARKER_VERSION = "phisieve-dataset/1"
+"""The ``marker`` every completion marker carries (bumped if the contract changes)."""
+
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname()) or "host"
+
+
+def meta_dir(path: str | os.PathLike[str]) -> Path:
+    """The folder beside the dataset ``path`` that holds its marker, rejected rows and side
+    files (``path`` + ``.meta``)."""
+    path = Path(path)
+    return path.with_name(path.name + META_SUFFIX)
+
+
+def side_file(path: str | os.PathLike[str], name: str) -> Path:
+    """The side file ``name`` of the dataset at ``path`` (e.g. the index's ``blacklist.txt``)."""
+    return meta_dir(path) / name
+
+
+def _step(event: str, path: Path) -> None:
+    """Called before every file-system step of a write (a seam for fault-injection tests)."""
+
+
+def _fsync(path: Path) -> None:
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":  # pragma: no cover - directories cannot be opened on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
+    _step("write", path)
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, tmp, compression="zstd")
+    _fsync(tmp)
     os.replace(tmp, path)
+
+
+def _atomic_write_bytes(data: bytes, path: Path) -> None:
+    _step("write", path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Temporary folders, commit and recovery
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The temporary and retired folders of one write of ``out`` (token = host-pid-random)."""
+
+    out: Path
+    token: str
+
+    @property
+    def data(self) -> Path:
+        return self.out.with_name(f".{self.out.name}.tmp-{self.token}")
+
+    @property
+    def meta(self) -> Path:
+        return self.out.with_name(f".{self.out.name}{META_SUFFIX}.tmp-{self.token}")
+
+    @property
+    def old_data(self) -> Path:
+        return self.out.with_name(f".{self.out.name}.old-{self.token}")
+
+    @property
+    def old_meta(self) -> Path:
+        return self.out.with_name(f".{self.out.name}{META_SUFFIX}.old-{self.token}")
+
+    def owner_alive(self) -> bool:
+        """Whether the process that owns these folders may still be writing them."""
+        host, pid, _ = self.token.rsplit("-", 2)
+        if host != _HOST:
+            return True  # another machine's (a shared file system): never touched from here
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, ValueError, OSError):
+            return True
+        return True
+
+    def commit(self) -> None:
+        """Move the complete temporary folders into place (also finishes a killed commit).
+
+        Order: retire the old marker first (the old output is no longer accepted), then the
+        old data; move the new data in, then the new metadata (the marker: accepted again).
+        Every step is a rename in the same folder; a kill between two of them is finished
+        by :func:`recover` from whatever step it reached.
+        """
+        meta = meta_dir(self.out)
+        if self.meta.exists() and meta.exists():
+            _step("retire-meta", meta)
+            os.replace(meta, self.old_meta)
+        if self.data.exists():
+            if self.out.exists():
+                _step("retire-data", self.out)
+                os.replace(self.out, self.old_data)
+            _step("place-data", self.out)
+            os.replace(self.data, self.out)
+        if self.meta.exists():
+            _step("place-meta", meta)
+            os.replace(self.meta, meta)
+        _fsync_dir(self.out.parent)
+        self.discard_old()
+
+    def discard_old(self) -> None:
+        for old in (self.old_data, self.old_meta):
+            if old.exists():
+                _step("remove-old", old)
+                shutil.rmtree(old)
+
+    def discard(self) -> None:
+        for tmp in (self.data, self.meta):
+            if tmp.exists():
+                shutil.rmtree(tmp)
+
+
+def _pending_writes(out: Path) -> list[_Pending]:
+    prefixes = [
+        f".{out.name}{infix}-"
+        for infix in (".tmp", f"{META_SUFFIX}.tmp", ".old", f"{META_SUFFIX}.old")
+    ]
+    tokens = set()
+    if out.parent.is_dir():
+        for entry in out.parent.iterdir():
+            for prefix in prefixes:
+                token = entry.name[len(prefix) :]
+                if entry.name.startswith(prefix) and re.fullmatch(r"\w+-\d+-[0-9a-f]{8}", token):
+                    tokens.add(token)
+    return [_Pending(out, t) for t in sorted(tokens)]
+
+
+def recover(out: str | os.PathLike[str]) -> None:
+    """Finish or clean up the writes of ``out`` whose process died.
+
+    A write whose marker was complete is committed (its output was complete: only the moves
+    into place were cut short); one without a marker is discarded. Writes of live
+    processes, and of other machines, are left alone.
+    """
+    out = Path(out)
+    for pending in _pending_writes(out):
+        if pending.owner_alive():
+            continue
+        if (pending.meta / MANIFEST).exists():
+            pending.commit()
+        else:
+            pending.discard()
+            pending.discard_old()
+
+
+# --------------------------------------------------------------------------------------------
+# Checking datasets and outputs
+
+
+def _data_files(folder: Path) -> dict[str, int]:
+    """Every non-hidden file under ``folder`` (relative POSIX path -> size)."""
+    files = {}
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            files[rel.as_posix()] = p.stat().st_size
+    return files
+
+
+def _incomplete(path: Path, why: str) -> InputError:
+    return InputError(
+        f"not a complete phisieve dataset: {why}. Was the stage that writes it interrupted? "
+        "Run it again (a folder of Parquet files from elsewhere: `phisieve ingest` it first)",
+        path=path,
+    )
+
+
+def check_dataset(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of the complete dataset at ``path``, or an :class:`InputError` that says
+    why it is not one.
+
+    The folder must have a completion marker (``<path>.meta/manifest.json``) that lists
+    exactly the Parquet files found in it, with their sizes. An interrupted commit is
+    finished first (:func:`recover`).
+    """
+    path = Path(path)
+    recover(path)
+    if not path.exists():
+        raise InputError("no such dataset folder", path=path)
+    if not path.is_dir():
+        raise InputError("expected a dataset folder", path=path)
+    marker = meta_dir(path) / MANIFEST
+    if not marker.exists():
+        raise _incomplete(path, f"no completion marker ({marker.name} in {marker.parent.name}/)")
+    try:
+        manifest = json.loads(marker.read_text(encoding="utf-8"))
+        expected = {name: int(f["bytes"]) for name, f in manifest["files"].items()}
+        if manifest.get("marker") != MARKER_VERSION:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise _incomplete(path, "its completion marker is damaged") from None
+    found = _data_files(path)
+    if missing := sorted(set(expected) - set(found)):
+        raise _incomplete(path, f"{len(missing)} data file(s) missing, e.g. {missing[0]}")
+    if extra := sorted(set(found) - set(expected)):
+        raise _incomplete(path, f"{len(extra)} file(s) the marker does not list, e.g. {extra[0]}")
+    if changed := sorted(n for n in expected if expected[n] != found[n]):
+        raise _incomplete(path, f"{len(changed)} data file(s) changed size, e.g. {changed[0]}")
+    return manifest
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The completion marker (manifest) of the complete dataset at ``path``.
+
+    The stage's own statistics are at the top level, beside ``rows``, ``rejected``,
+    ``files``, ``stage``, ``inputs`` and ``options``.
+    """
+    return check_dataset(path)
+
+
+def dataset_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What an output records about an input: its path and the SHA-256 of its marker (a
+    dataset folder) or its size (a single file)."""
+    path = Path(path)
+    if path.is_dir():
+        check_dataset(path)
+        digest = hashlib.sha256((meta_dir(path) / MANIFEST).read_bytes()).hexdigest()
+        return {"path": str(path.absolute()), "marker_sha256": digest}
+    if not path.exists():
+        raise InputError("no such file or folder", path=path)
+    return {"path": str(path.absolute()), "bytes": path.stat().st_size}
+
+
+def source_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The identity of raw input (a file, or a folder of files, from outside phisieve): its
+    path, number of files and bytes."""
+    path = Path(path)
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return {
+        "path": str(path.absolute()),
+        "files": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+    }
+
+
+def check_inputs(**inputs: Any) -> dict[str, dict[str, Any]]:
+    """Check every input of a stage before its work starts; return their identities.
+
+    Paths must be complete datasets (or single files); ``None`` inputs are skipped and
+    in-memory tables are recorded by type.
+    """
+    ids = {}
+    for name, value in inputs.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, os.PathLike)):
+            ids[name] = dataset_identity(value)
+        else:
+            ids[name] = {"kind": type(value).__name__}
+    return ids
+
+
+def check_output(
+    out: str | os.PathLike[str],
+    overwrite: bool = False,
+    inputs: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Check that a stage may write its dataset at ``out``, before its work starts.
+
+    Raises
+    ------
+    OutputExistsError
+        When ``out`` (or its ``.meta`` folder) exists and ``overwrite`` is False.
+    InputError
+        When ``out`` is one of the inputs or lies inside one, or is named like a
+        ``.meta`` folder.
+    """
+    out = Path(out)
+    if out.name.endswith(META_SUFFIX) or not out.name or out.name in (".", ".."):
+        raise InputError(
+            f"an output folder needs a plain name (not ending in {META_SUFFIX})", path=out
+        )
+    recover(out)
+    dst = out.resolve()
+    for ident in (inputs or {}).values():
+        if "path" in ident:
+            src = Path(ident["path"]).resolve()
+            if dst == src or src in dst.parents or dst in src.parents:
+                raise InputError("the output must not be, contain or lie in an input", path=out)
+    if not overwrite and (out.exists() or meta_dir(out).exists()):
+        raise OutputExistsError(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("the output exists and is not a folder", path=out)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
 
 
 @dataclass
 class DatasetWriter:
-    """Write record batches as a Parquet dataset, one part file per ``rows_per_part`` rows.
+    """Write record batches as a dataset, atomically, one part file per ``rows_per_part`` rows.
+
+    Nothing appears at ``out`` until :meth:`close`, which writes the completion marker last
+    and moves the new output into place; an exception (or :meth:`abort`) discards it and
+    leaves the previous output as it was.
 
     Parameters
     ----------
     out
-        The output folder. Existing ``part-*.parquet`` files in it are removed first.
+        The output folder (its metadata goes to ``out.meta``, :func:`meta_dir`).
     schema
         The schema every written batch is cast to.
+    stage
+        The stage's name, recorded in the marker.
+    inputs
+        The inputs' identities (:func:`check_inputs`), recorded in the marker.
+    options
+        The options that decide the output, recorded in the marker.
+    overwrite
+        Replace an existing output (atomically). Without it an existing ``out`` is refused.
     rows_per_part, bytes_per_part
         A part file is written when this many rows or bytes are waiting.
     """
 
     out: Path
     schema: pa.Schema
+    stage: str = "dataset"
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    overwrite: bool = False
     rows_per_part: int = 100_000
     bytes_per_part: int = 64 * 2**20
     rows_written: int = 0
@@ -55,21 +395,30 @@ class DatasetWriter:
     _pending: list[pa.RecordBatch] = field(default_factory=list)
     _pending_rows: int = 0
     _pending_bytes: int = 0
-    _parts: int = 0
+    _files: dict[str, dict[str, int]] = field(default_factory=dict)
     _rejected: list[pa.RecordBatch] = field(default_factory=list)
+    _closed: bool = False
 
     def __post_init__(self) -> None:
-        self.out = Path(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        for old in self.out.glob("part-*.parquet"):
-            old.unlink()
-        old_manifest = self.out / MANIFEST
-        if old_manifest.exists():
-            old_manifest.unlink()
-        rejected = self.out / REJECTED_DIR
-        if rejected.exists():
-            for old in rejected.glob("*.parquet"):
-                old.unlink()
+        self.out = check_output(self.out, self.overwrite, self.inputs)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = _Pending(self.out, f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        _step("create", self._tmp.data)
+        self._tmp.data.mkdir()
+        self._tmp.meta.mkdir()
+
+    @property
+    def side_dir(self) -> Path:
+        """Where the stage writes its side files before :meth:`close` (they land in
+        ``out.meta``)."""
+        return self._tmp.meta
+
+    def write_side(self, name: str, content: str | bytes) -> None:
+        """A side file of the output (e.g. ``blacklist.txt``), committed with it."""
+        if name in (MANIFEST, REJECTED_DIR) or Path(name).name != name or name.startswith("."):
+            raise ValueError(f"not a usable side file name: {name!r}")
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        _atomic_write_bytes(data, self._tmp.meta / name)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Queue rows; a part file is written whenever ``rows_per_part`` rows are waiting."""
@@ -105,52 +454,105 @@ class DatasetWriter:
         )
         self.rows_rejected += len(rows)
 
+    def _write_part(self, table: pa.Table) -> None:
+        name = f"part-{len(self._files):05d}.parquet"
+        path = self._tmp.data / name
+        _atomic_write_table(table, path)
+        self._files[name] = {"rows": table.num_rows, "bytes": path.stat().st_size}
+        self.rows_written += table.num_rows
+
     def _flush(self) -> None:
         if not self._pending:
             return
-        table = pa.Table.from_batches(self._pending, schema=self.schema)
-        _atomic_write_table(table, self.out / f"part-{self._parts:05d}.parquet")
-        self._parts += 1
-        self.rows_written += table.num_rows
+        self._write_part(pa.Table.from_batches(self._pending, schema=self.schema))
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def close(self, **stats: Any) -> dict[str, Any]:
-        """Write what is left, the rejected rows and the manifest; return the manifest."""
+        """Write what is left, the rejected rows and the marker; move the output into place.
+
+        Returns the manifest (the marker's content): ``rows``, ``rejected``, ``parts``,
+        ``files``, ``stage``, ``inputs``, ``options`` and the stage's ``stats``.
+        """
+        if self._closed:
+            raise RuntimeError("this DatasetWriter is already closed")
         self._flush()
-        if self._parts == 0:
+        if not self._files:
             # An empty dataset still has a part file, so its schema is known to readers.
-            _atomic_write_table(self.schema.empty_table(), self.out / "part-00000.parquet")
-            self._parts = 1
+            self._write_part(self.schema.empty_table())
         if self._rejected:
-            rej_dir = self.out / REJECTED_DIR
-            rej_dir.mkdir(exist_ok=True)
+            rej = self._tmp.meta / REJECTED_DIR
+            rej.mkdir()
             _atomic_write_table(
-                pa.Table.from_batches(self._rejected, schema=REJECTED),
-                rej_dir / "part-00000.parquet",
+                pa.Table.from_batches(self._rejected, schema=REJECTED), rej / "part-00000.parquet"
             )
         manifest = {
+            **stats,
+            "marker": MARKER_VERSION,
+            "stage": self.stage,
             "rows": self.rows_written,
             "rejected": self.rows_rejected,
-            "parts": self._parts,
-            **stats,
+            "parts": len(self._files),
+            "files": self._files,
+            "inputs": self.inputs,
+            "options": self.options,
         }
-        tmp = self.out / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        os.replace(tmp, self.out / MANIFEST)
-        return manifest
+        text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        _fsync_dir(self._tmp.data)
+        _atomic_write_bytes(text.encode("utf-8"), self._tmp.meta / MANIFEST)
+        self._tmp.commit()
+        self._closed = True
+        return json.loads(text)
+
+    def abort(self) -> None:
+        """Discard everything written so far; the previous output stays."""
+        if not self._closed:
+            self._tmp.discard()
+            self._closed = True
 
     def __enter__(self) -> DatasetWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
-            self.close()
+            if not self._closed:
+                self.close()
+        else:
+            self.abort()
+
+
+def write_dataset(
+    data: Any,
+    out: str | os.PathLike[str],
+    *,
+    stage: str = "table",
+    overwrite: bool = False,
+    **stats: Any,
+) -> dict[str, Any]:
+    """Write an Arrow table (or anything :func:`open_source` reads: a polars frame, a
+    stream) as a complete phisieve dataset, e.g. documents prepared outside ``ingest``.
+
+    Returns the manifest; ``stats`` are recorded in it.
+    """
+    src = open_source(data)
+    with DatasetWriter(Path(out), src.schema, stage=stage, overwrite=overwrite) as writer:
+        for batch in src.batches(None):
+            writer.write(batch)
+        return writer.close(**stats)
+
+
+def dataset_files(path: str | os.PathLike[str]) -> list[str]:
+    """The data files of the complete dataset at ``path`` (checked, :func:`check_dataset`),
+    in order. A path to a single ``.parquet`` file is returned as is."""
+    path = Path(path)
+    if path.is_file():
+        return [str(path)]
+    return [str(path / name) for name in sorted(check_dataset(path)["files"])]
 
 
 def parquet_files(path: Path) -> list[str]:
-    """The Parquet files of a dataset folder (skipping ``_rejected`` and hidden files), sorted.
-
-    A path to a single ``.parquet`` file is returned as is.
+    """The Parquet files under a folder of Parquet files from anywhere (unchecked: for
+    ``ingest``; phisieve's own datasets are read with :func:`dataset_files`), sorted,
+    skipping hidden and ``_``-prefixed paths. A single ``.parquet`` file is returned as is.
     """
     path = Path(path)
     if path.is_file():
@@ -205,7 +607,7 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
                 path=path,
             )
         src = _dataset_source(
-            pads.dataset(parquet_files(path), format="parquet"), batch_size, str(path)
+            pads.dataset(dataset_files(path), format="parquet"), batch_size, str(path)
         )
         src.path = path
         return src
@@ -265,22 +667,15 @@ def require_columns(schema: pa.Schema, columns: Iterable[str], where: str) -> No
 
 def read_spans(path: str | os.PathLike[str]) -> pa.Table:
     """A ``spans`` dataset (``doc_id``, ``spans``) from a folder or Parquet file."""
-    table = pa.concat_tables([pq.read_table(f) for f in parquet_files(Path(path))])
+    table = pa.concat_tables([pq.read_table(f) for f in dataset_files(path)])
     require_columns(table.schema, ["doc_id", "spans"], str(path))
     return table.select(["doc_id", "spans"])
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The completion marker (manifest) of a dataset written by a phisieve stage."""
-    f = Path(path) / MANIFEST
-    if not f.exists():
-        raise InputError("no completion marker for this dataset", path=path)
-    return json.loads(f.read_text())
-
-
 def read_rejected(path: str | os.PathLike[str]) -> pa.Table:
     """The rows a stage rejected while writing the dataset at ``path`` (empty when none)."""
-    folder = Path(path) / REJECTED_DIR
+    check_dataset(path)
+    folder = meta_dir(path) / REJECTED_DIR
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     if not files:
         return REJECTED.empty_table()

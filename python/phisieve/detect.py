@@ -326,11 +326,30 @@ def detect(
     return pa.concat_tables(out)
 
 
-def write_spans(spans: pa.Table, out: str | os.PathLike[str], **stats: Any) -> dict[str, Any]:
-    """Write a ``spans`` table as a dataset (with its manifest)."""
-    writer = DatasetWriter(Path(out), spans.schema)
-    writer.write(spans)
-    return writer.close(**stats)
+def write_spans(
+    spans: pa.Table,
+    out: str | os.PathLike[str],
+    *,
+    inputs: dict[str, dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    **stats: Any,
+) -> dict[str, Any]:
+    """Write a ``spans`` table as a dataset (atomically, with its completion marker).
+
+    ``inputs`` and ``options`` are recorded in the marker (:mod:`phisieve.dataset`);
+    an existing ``out`` is replaced only with ``overwrite``.
+    """
+    with DatasetWriter(
+        Path(out),
+        spans.schema,
+        stage="detect",
+        inputs=inputs or {},
+        options=options or {},
+        overwrite=overwrite,
+    ) as writer:
+        writer.write(spans)
+        return writer.close(**stats)
 
 
 def evaluate(

@@ -39,6 +39,17 @@ class InputError(PhisieveError, ValueError):
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
 
 
+class OutputExistsError(PhisieveError, FileExistsError):
+    """A stage's output already exists and ``overwrite`` (``--overwrite``) was not given."""
+
+    def __init__(self, path: object) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"the output exists (file {self.path}); pass --overwrite (overwrite=True) to "
+            "replace it: the old output stays until the new one is complete"
+        )
+
+
 class MissingDependencyError(PhisieveError, ImportError):
     """An optional dependency is needed for this feature but is not installed."""
 

@@ -14,7 +14,15 @@ from typing import Any
 import pyarrow as pa
 
 from . import _core
-from .dataset import DatasetWriter, open_source, read_spans, require_columns
+from .dataset import (
+    DatasetWriter,
+    check_inputs,
+    check_output,
+    open_source,
+    read_spans,
+    require_columns,
+    source_identity,
+)
 from .errors import InputError
 from .readers import read_documents
 from .schema import DOCUMENTS, SPANS
@@ -356,18 +364,26 @@ def placeholders(
     corpus: str | os.PathLike[str] | None = None,
     docs: Any = None,
     spans: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write a documents dataset whose gold PHI spans are MIMIC-III placeholders.
 
     Either ``corpus`` (a PhysioNet deid folder: ``id.text`` and ``id-phi.phrase``) or
     ``docs`` (a documents dataset or table) with ``spans`` (a spans dataset).
 
+    An existing ``out`` is replaced (atomically) only with ``overwrite``.
+
     Returns
     -------
     dict
-        The manifest (also ``out/_SUCCESS.json``): rows and the counts of
+        The manifest (the output's completion marker): rows and the counts of
         :func:`to_placeholders`.
     """
+    if corpus is not None:
+        inputs = {"corpus": source_identity(corpus)}
+    else:
+        inputs = check_inputs(docs=docs, spans=spans)
+    check_output(out, overwrite, inputs)
     if corpus is not None:
         corpus = Path(corpus)
         stream = read_documents(corpus / "id.text", "physionet")
@@ -381,6 +397,8 @@ def placeholders(
     else:
         raise InputError("give a PhysioNet corpus folder, or documents with their spans")
     result, report = to_placeholders(documents, gold)
-    writer = DatasetWriter(Path(out), result.schema)
-    writer.write(result)
-    return writer.close(**report)
+    with DatasetWriter(
+        Path(out), result.schema, stage="placeholders", inputs=inputs, overwrite=overwrite
+    ) as writer:
+        writer.write(result)
+        return writer.close(**report)

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from .dataset import DatasetWriter
-from .errors import InputError
+from .dataset import DatasetWriter, check_output
+from .errors import InputError, OutputExistsError
 from .progress import progress_bar
 from .schema import DOCUMENTS
 
@@ -1162,6 +1162,7 @@ def synth(
     notes_per_patient: tuple[int, int] = (2, 8),
     words_per_note: tuple[int, int] = (60, 400),
     progress: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Write a synthetic MIMIC-III-style corpus to disk (streaming; any size fits in memory).
 
@@ -1169,7 +1170,7 @@ def synth(
     ----------
     out
         With ``fmt="parquet"``, the output folder of a documents dataset (schema
-        :data:`SYNTH`, with a ``_SUCCESS.json`` manifest). With ``fmt="mimic-csv"``, the path
+        :data:`SYNTH`; its manifest is in ``out.meta/``). With ``fmt="mimic-csv"``, the path
         of a NOTEEVENTS-style CSV file, gzip-compressed if it ends in ``.gz``.
     patients, seed, notes_per_patient, words_per_note
         As in :func:`synth_batches`.
@@ -1180,6 +1181,8 @@ def synth(
         SUBJECT_ID and HADM_ID equal the parquet ``doc_id``, ``patient_id`` and ``group_id``.
     progress
         Show a progress bar (rich) on stderr.
+    overwrite
+        Replace an existing output (atomically). Without it an existing ``out`` is refused.
 
     Returns
     -------
@@ -1196,6 +1199,10 @@ def synth(
         raise InputError(f"unknown synth format {fmt!r} (expected 'parquet' or 'mimic-csv')")
     _check(patients, seed, notes_per_patient, words_per_note)
     out = Path(out)
+    if fmt == "parquet":
+        check_output(out, overwrite)
+    elif out.exists() and not overwrite:
+        raise OutputExistsError(out)
     stats = {
         "patients": patients,
         "seed": seed,
@@ -1217,7 +1224,7 @@ def synth(
                 yield i, notes
                 tick(1)
 
-        writer = DatasetWriter(out, SYNTH)
-        for batch in _to_batches(counted(), 8192):
-            writer.write(batch)
-        return writer.close(tokens=n_tokens, **stats)
+        with DatasetWriter(out, SYNTH, stage="synth", options=stats, overwrite=overwrite) as writer:
+            for batch in _to_batches(counted(), 8192):
+                writer.write(batch)
+            return writer.close(tokens=n_tokens, **stats)

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset import parquet_files
+from .dataset import dataset_files
 from .encode import ENCODED, read_encoding
 from .errors import ConfigError, MissingDependencyError
 from .masking import (
@@ -74,7 +74,7 @@ class _Parts:
     """The row groups of an encoded dataset, and a small cache of decoded ones."""
 
     def __init__(self, path: Path, cache: int) -> None:
-        self.files = parquet_files(path)
+        self.files = dataset_files(path)
         groups = []
         for f, name in enumerate(self.files):
             meta = pq.ParquetFile(name).metadata
@@ -395,7 +395,7 @@ class EncodedRows(Dataset):
             allow_unprotected=allow_unprotected,
         )
         table = pa.concat_tables(
-            [pq.read_table(f, columns=COLUMNS) for f in parquet_files(Path(path))]
+            [pq.read_table(f, columns=COLUMNS) for f in dataset_files(Path(path))]
         ).combine_chunks()
         if max_per_patient is not None:
             import polars as pl

@@ -14,7 +14,6 @@ from typing import Any
 
 __all__ = [
     "ENCODED",
-    "ENCODING",
     "SpecialTokens",
     "encode",
     "encode_batches",
