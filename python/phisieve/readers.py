@@ -3,37 +3,61 @@
 Every reader streams its input in record batches, so memory stays bounded by the batch size
 however large the input is. Rows that cannot be used are not errors: they are returned (and
 written by :func:`ingest`) as :class:`Rejection` records that say where the row was and why it
-was dropped, never what it contained.
+was dropped, never what it contained. Error messages name the file, row and column but never
+quote a value; a header row is quoted only when it looks like column names, since a file
+without one has note text where the names should be.
 
 Row numbers are 0-based: the data record's index within its file for ``mimic`` (the header and
 blank lines are not records), the line's index for ``jsonl``, the record's index for
 ``physionet``, the row's index within its file for ``parquet`` and the file's index in sorted
 path order for ``txt``.
+
+Hostile input is met as follows.
+
+* Ids (patient, document, group) are strings or integers. A Parquet id column of any other
+  type, floats included (``1e16`` and ``1e16 + 1`` are the same float, so two patients would
+  merge), is refused with an :class:`~phisieve.errors.InputError` naming the file and column,
+  in a single file as in any file of a folder; string and integer files may be mixed in a
+  folder (integers become their decimal strings). A JSON id that is not a string or an integer
+  (``3.0`` included) rejects its row as ``wrong type``.
+* A ``mimic`` patient column named ``SUBJECT_ID`` must hold integers; other values reject their
+  row. NUL characters in an id or the text reject the row in every format.
+* A quoted CSV field left open would swallow the records after it. Where a file of five
+  columns or more has records that start with integer ids (MIMIC's
+  ``ROW_ID,SUBJECT_ID,HADM_ID,...``), a line that starts a new record while a quoted field is
+  open, and is followed by complete records, closes that field: the damaged record is rejected
+  (``unclosed quote``) and the records after it are read as usual. A text that still holds
+  such a line (and the rest of a record's fields) is rejected the same way, as is a record the
+  file ends in while its quoted field is open.
+* Bytes are decoded with ``encoding`` (UTF-8 by default, any ASCII-compatible Python codec);
+  a value that does not decode rejects its row (under UTF-8 the reason names ``--encoding``).
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
+import itertools
 import json
 import os
 import posixpath
 import re
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
-import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
-from .dataset import DatasetWriter, parquet_files
+from .dataset import DatasetWriter, check_output, parquet_files, source_identity
 from .errors import InputError
 from .progress import progress_bar
 from .schema import DOCUMENTS
@@ -53,18 +77,30 @@ FORMATS = ("mimic", "physionet", "jsonl", "parquet", "txt")
 MISSING_PATIENT = "missing patient id"
 EMPTY_TEXT = "empty text"
 UNDECODABLE = "undecodable bytes"
+NOT_UTF8 = "not utf-8 (see --encoding)"
 WRONG_COLUMNS = "wrong column count"
+UNCLOSED_QUOTE = "unclosed quote"
 INVALID_JSON = "invalid json"
+WRONG_TYPE = "wrong type"
+NOT_INTEGER = "patient id not an integer"
+NUL_CHARACTER = "nul character"
 NO_PATIENT = "no patient id"
 MALFORMED = "malformed record"
+UNREADABLE = "unreadable file"
 REASONS = (
     MISSING_PATIENT,
     EMPTY_TEXT,
     UNDECODABLE,
+    NOT_UTF8,
     WRONG_COLUMNS,
+    UNCLOSED_QUOTE,
     INVALID_JSON,
+    WRONG_TYPE,
+    NOT_INTEGER,
+    NUL_CHARACTER,
     NO_PATIENT,
     MALFORMED,
+    UNREADABLE,
 )
 """Every reason a reader gives for rejecting a row."""
 
@@ -72,8 +108,17 @@ _ROLES = ("doc", "patient", "group", "text")
 _MIMIC_COLUMNS = {"doc": "ROW_ID", "patient": "SUBJECT_ID", "group": "HADM_ID", "text": "TEXT"}
 _MIMIC_EXTRAS = ("CHARTDATE", "CATEGORY", "DESCRIPTION")
 _TABLE_COLUMNS = {"doc": "doc_id", "patient": "patient_id", "group": "group_id", "text": "text"}
+_SUFFIXES = {
+    "mimic": (".csv", ".csv.gz"),
+    "physionet": (".text", ".text.gz"),
+    "jsonl": (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
+    "parquet": (".parquet",),
+    "txt": (".txt",),
+}
 _CSV_BLOCK_BYTES = 1 << 22
 _GZIP_MAGIC = b"\x1f\x8b"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+_ASCII_PROBE = b'\t\n\r ,"{}[]:|=0aZ'
 
 
 @dataclass(frozen=True)
@@ -103,6 +148,7 @@ class _Options:
     columns: dict[str, str | None]
     id_map: Path | None
     batch_rows: int
+    encoding: str = "utf-8"
 
 
 _Chunk = tuple[pa.RecordBatch, list[Rejection]]
@@ -121,7 +167,11 @@ class DocumentStream(Iterator[_Chunk]):
         The input file or folder.
     total_bytes
         The input's size in bytes (compressed size for gzipped input).
+    encoding
+        The canonical name of the codec the input's bytes are decoded with.
     """
+
+    encoding: str = "utf-8"
 
     def __init__(
         self,
@@ -147,7 +197,13 @@ class DocumentStream(Iterator[_Chunk]):
         return self
 
     def __next__(self) -> _Chunk:
-        return next(self._chunks)
+        try:
+            return next(self._chunks)
+        except (pa.ArrowException, OSError) as exc:
+            # pyarrow's messages may quote input values: keep only the kind of error.
+            raise InputError(
+                f"cannot read the input ({type(exc).__name__})", path=self.path
+            ) from None
 
     def close(self) -> None:
         """Stop reading and close the input files."""
@@ -176,6 +232,7 @@ def read_documents(
     group_col: str | None = None,
     id_map: str | os.PathLike[str] | None = None,
     batch_rows: int = 8192,
+    encoding: str = "utf-8",
 ) -> DocumentStream:
     """Stream a note collection as ``documents`` record batches.
 
@@ -185,12 +242,17 @@ def read_documents(
     Parameters
     ----------
     path
-        The input file or folder.
+        The input file or folder. A folder given with ``fmt`` ``mimic``, ``physionet`` or
+        ``jsonl`` is read file by file: every file with that format's suffixes inside it,
+        recursively and in sorted path order, skipping paths with a part that starts with
+        ``.`` or ``_``.
     fmt
         One of :data:`FORMATS`, or ``"auto"`` to choose by extension: ``.csv``/``.csv.gz`` is
         ``mimic``, ``.text`` is ``physionet``, ``.jsonl``/``.jsonl.gz`` is ``jsonl``,
-        ``.parquet`` or a folder holding Parquet files is ``parquet`` and a folder holding
-        ``.txt`` files is ``txt``.
+        ``.parquet`` is ``parquet``; a folder is ``parquet``, ``txt``, ``mimic``, ``jsonl``
+        or ``physionet``, the first whose files it holds. A file with another name is
+        recognised by its first bytes (a Parquet file, a PhysioNet record, a JSON object or a
+        CSV header naming ``SUBJECT_ID`` and ``TEXT``).
     patient_col, text_col, doc_col, group_col
         Input column (or JSON key) holding the patient id, note text, document id and group
         (e.g. admission) id. Defaults are ``SUBJECT_ID``, ``TEXT``, ``ROW_ID``, ``HADM_ID``
@@ -200,11 +262,15 @@ def read_documents(
         ids then become ``"<file stem>:<row>"`` and groups null). Not used by ``physionet``
         and ``txt``.
     id_map
-        ``txt`` only: a CSV with columns ``file,patient_id`` (and optionally ``group_id``)
-        mapping each file, relative to the folder, to its patient. Without it, the patient id
-        is the name of the file's top sub-folder (``notes/<patient>/<doc>.txt``).
+        ``txt`` only: a UTF-8 CSV with columns ``file,patient_id`` (and optionally
+        ``group_id``) mapping each file, relative to the folder, to its patient. Without it,
+        the patient id is the name of the file's top sub-folder (``notes/<patient>/<doc>.txt``).
     batch_rows
         The most rows (input records) one batch covers.
+    encoding
+        The codec of the input's text (any ASCII-compatible Python codec name, e.g.
+        ``"latin-1"`` or ``"cp1252"``). Parquet string columns are UTF-8 by definition; the
+        codec applies to Parquet binary columns and to every other format.
 
     Returns
     -------
@@ -216,15 +282,20 @@ def read_documents(
     Raises
     ------
     InputError
-        For an unknown format, a missing input, an option the format does not take, or a
-        missing required column.
+        For an unknown format or encoding, a missing input, an option the format does not
+        take, a missing required column, a header that does not look like one, or a Parquet
+        column of a type that cannot hold ids or text.
     """
     src = Path(path)
     fmt = _check_format(fmt)
+    encoding = _check_encoding(encoding)
     if not src.exists():
         raise InputError("no such file or folder", path=src)
     if fmt == "auto":
-        fmt = _detect_format(src)
+        try:
+            fmt = _detect_format(src)
+        except OSError as exc:
+            raise InputError(f"cannot read the input ({type(exc).__name__})", path=src) from None
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InputError(f"batch_rows must be a positive integer, got {batch_rows!r}")
     columns = {"doc": doc_col, "patient": patient_col, "group": group_col, "text": text_col}
@@ -232,8 +303,13 @@ def read_documents(
         raise InputError(f"column options do not apply to the {fmt!r} format", path=src)
     if id_map is not None and fmt != "txt":
         raise InputError(f"id_map applies only to the 'txt' format, not {fmt!r}", path=src)
-    opts = _Options(columns, None if id_map is None else Path(id_map), batch_rows)
-    return _OPENERS[fmt](src, opts)
+    opts = _Options(columns, None if id_map is None else Path(id_map), batch_rows, encoding)
+    try:
+        stream = _OPENERS[fmt](src, opts)
+    except OSError as exc:  # unreadable: say so without the system's message
+        raise InputError(f"cannot read the input ({type(exc).__name__})", path=src) from None
+    stream.encoding = encoding
+    return stream
 
 
 def ingest(
@@ -247,7 +323,9 @@ def ingest(
     group_col: str | None = None,
     id_map: str | os.PathLike[str] | None = None,
     batch_rows: int = 8192,
+    encoding: str = "utf-8",
     progress: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Read a note collection and write it as a ``documents`` Parquet dataset.
 
@@ -257,17 +335,21 @@ def ingest(
 
     Parameters
     ----------
-    path, fmt, patient_col, text_col, doc_col, group_col, id_map, batch_rows
+    path, fmt, patient_col, text_col, doc_col, group_col, id_map, batch_rows, encoding
         As for :func:`read_documents`.
     out
         The output folder.
     progress
         Show a progress bar (bytes of input read) on standard error.
+    overwrite
+        Replace an existing output (atomically: the old one stays until the new one is
+        complete). Without it an existing ``out`` is refused.
 
     Returns
     -------
     dict
-        The manifest also written to ``out/_SUCCESS.json``: ``rows`` (written), ``rejected``,
+        The manifest, also the output's completion marker (:func:`phisieve.dataset.read_manifest`;
+        rejected rows: :func:`phisieve.dataset.read_rejected`): ``rows`` (written), ``rejected``,
         ``rows_in`` (always ``rows + rejected``), ``rejected_by_reason`` (reason -> count),
         ``parts``, ``format`` and ``input``.
 
@@ -285,25 +367,34 @@ def ingest(
         group_col=group_col,
         id_map=id_map,
         batch_rows=batch_rows,
+        encoding=encoding,
     )
     out = Path(out)
     _check_output(stream.path, out)
+    inputs = {"notes": source_identity(stream.path)}
+    options = {"format": stream.fmt, "encoding": stream.encoding}
+    check_output(out, overwrite, inputs)
     by_reason: Counter[str] = Counter()
     rows_in = 0
-    with stream, _progress_bar(progress, stream) as tick:
-        writer = DatasetWriter(out, stream.schema)
+    with (
+        stream,
+        _progress_bar(progress, stream) as tick,
+        DatasetWriter(
+            out, stream.schema, stage="ingest", inputs=inputs, options=options, overwrite=overwrite
+        ) as writer,
+    ):
         for batch, rejections in stream:
             writer.write(batch)
             _write_rejections(writer, rejections)
             by_reason.update(r.reason for r in rejections)
             rows_in += batch.num_rows + len(rejections)
             tick()
-    manifest = writer.close(
-        rows_in=rows_in,
-        rejected_by_reason=dict(sorted(by_reason.items())),
-        format=stream.fmt,
-        input=str(stream.path),
-    )
+        manifest = writer.close(
+            rows_in=rows_in,
+            rejected_by_reason=dict(sorted(by_reason.items())),
+            format=stream.fmt,
+            input=str(stream.path),
+        )
     if manifest["rows"] + manifest["rejected"] != rows_in:  # pragma: no cover - a bug
         raise AssertionError("ingest lost rows: rows + rejected != rows_in")
     return manifest
@@ -319,34 +410,139 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
+def _check_encoding(encoding: str) -> str:
+    """The canonical name of a text codec that keeps ASCII bytes as they are."""
+    shown = repr(encoding)[:60]
+    if not isinstance(encoding, str):
+        raise InputError(f"encoding must be a codec name such as 'utf-8', got {shown}")
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise InputError(
+            f"unknown encoding {shown}: pass a Python codec name such as 'latin-1' or 'cp1252'"
+        ) from None
+    try:
+        compatible = _ASCII_PROBE.decode(name) == _ASCII_PROBE.decode("ascii")
+    except LookupError:
+        raise InputError(f"{shown} is not a text encoding") from None
+    except UnicodeDecodeError:
+        compatible = False
+    if not compatible:
+        raise InputError(
+            f"encoding {shown} is not ASCII-compatible (UTF-16 and UTF-32 are not): "
+            "convert the input to UTF-8 first"
+        )
+    return name
+
+
+def _is_utf8(encoding: str) -> bool:
+    return encoding in ("utf-8", "utf-8-sig")
+
+
+def _undecodable_reason(encoding: str) -> str:
+    """The rejection reason of bytes that ``encoding`` cannot decode."""
+    return NOT_UTF8 if _is_utf8(encoding) else UNDECODABLE
+
+
 def _detect_format(path: Path) -> str:
     if path.is_dir():
-        if _has_files(path, ".parquet"):
-            return "parquet"
-        if _has_files(path, ".txt"):
-            return "txt"
-    else:
-        name = path.name.lower()
-        for suffixes, fmt in (
-            ((".csv", ".csv.gz"), "mimic"),
-            ((".text", ".text.gz"), "physionet"),
-            ((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"), "jsonl"),
-            ((".parquet",), "parquet"),
-        ):
-            if name.endswith(suffixes):
+        for fmt in ("parquet", "txt", "mimic", "jsonl", "physionet"):
+            if _has_files(path, _SUFFIXES[fmt]):
                 return fmt
-    raise InputError(
-        f"unknown format: cannot tell it from the name; pass one of {', '.join(FORMATS)}",
-        path=path,
+        raise InputError(
+            "unknown format: the folder holds no .parquet, .txt, .csv, .jsonl or .text files; "
+            f"pass one of {', '.join(FORMATS)}",
+            path=path,
+        )
+    name = path.name.lower()
+    for fmt in ("mimic", "physionet", "jsonl", "parquet"):
+        if name.endswith(_SUFFIXES[fmt]):
+            return fmt
+    sniffed = _sniff_format(path)
+    if sniffed is None:
+        raise InputError(
+            "unknown format: cannot tell it from the name or the first bytes; "
+            f"pass one of {', '.join(FORMATS)}",
+            path=path,
+        )
+    return sniffed
+
+
+def _sniff_format(path: Path) -> str | None:
+    """The format a file's first bytes suggest, or None."""
+    with open(path, "rb") as f:
+        if f.read(4) == b"PAR1":
+            return "parquet"
+    with _open_binary(path) as (data, _):
+        head = data.read(1 << 16)
+    return _format_of(head)
+
+
+def _format_of(head: bytes) -> str | None:
+    """The format of a file starting with ``head``: its first line is enough."""
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if start.startswith(_START):
+        return "physionet"
+    if start.startswith(b"{"):
+        return "jsonl"
+    line = start.split(b"\n", 1)[0].decode("utf-8", "replace")
+    names = {n.strip().casefold() for n in next(csv.reader([line]), [])}
+    return "mimic" if {"subject_id", "text"} <= names else None
+
+
+def _format_hint(head: bytes, fmt: str) -> str:
+    """A hint for a file read as ``fmt`` that looks like another format ('' if none)."""
+    other = _format_of(head)
+    if other is None or other == fmt:
+        return ""
+    return f" (it looks like {other}: pass --format {other})"
+
+
+def _has_files(folder: Path, suffixes: tuple[str, ...]) -> bool:
+    return any(
+        p.name.lower().endswith(suffixes) and not _hidden(p.relative_to(folder)) and p.is_file()
+        for p in folder.rglob("*")
     )
 
 
-def _has_files(folder: Path, suffix: str) -> bool:
-    return any(not _hidden(p.relative_to(folder)) for p in folder.rglob(f"*{suffix}"))
+def _input_files(path: Path, fmt: str) -> list[Path]:
+    """The files ``fmt`` reads at ``path``: the file itself, or the files in the folder with the
+    format's suffixes (recursively, sorted by relative path, skipping hidden ones)."""
+    if not path.is_dir():
+        return [path]
+    suffixes = _SUFFIXES[fmt]
+    found = [
+        p
+        for p in path.rglob("*")
+        if p.name.lower().endswith(suffixes) and not _hidden(p.relative_to(path)) and p.is_file()
+    ]
+    if not found:
+        raise InputError(
+            f"no {' or '.join(suffixes)} files in this folder: the {fmt!r} format reads such "
+            "a file or a folder of them",
+            path=path,
+        )
+    return sorted(found, key=lambda p: p.relative_to(path).as_posix())
 
 
 def _hidden(rel: Path) -> bool:
     return any(part.startswith((".", "_")) for part in rel.parts)
+
+
+def _file_stem(root: Path, file: Path) -> str:
+    """The prefix of ``file``'s default document ids: its name (its path within ``root`` when
+    that is a folder) without the format's suffix."""
+    name = file.relative_to(root).as_posix() if root.is_dir() else file.name
+    if name.lower().endswith(".gz"):
+        name = name[:-3]
+    head, dot, suffix = name.rpartition(".")
+    return head if dot and head and not head.endswith("/") and "/" not in suffix else name
+
+
+def _total_size(files: list[Path]) -> int:
+    return sum(f.stat().st_size for f in files)
 
 
 def _check_output(src: Path, out: Path) -> None:
@@ -356,18 +552,52 @@ def _check_output(src: Path, out: Path) -> None:
 
 
 def _resolve_columns(
-    available: list[str], opts: _Options, defaults: dict[str, str], required: set[str], path: Path
+    available: list[str],
+    opts: _Options,
+    defaults: dict[str, str],
+    required: set[str],
+    path: Path,
+    hint: str = "",
 ) -> dict[str, str | None]:
     """Map each role to an available column name, or None for an absent optional one."""
-    resolved: dict[str, str | None] = {}
+    wanted = {role: opts.columns[role] or defaults[role] for role in _ROLES}
+    resolved = {role: _find_column(available, wanted[role]) for role in _ROLES}
     for role in _ROLES:
-        wanted = opts.columns[role] or defaults[role]
-        name = _find_column(available, wanted)
-        if name is None and (role in required or opts.columns[role] is not None):
-            shown = ", ".join(available[:50])
-            raise InputError(f"missing required column (has: {shown})", path=path, column=wanted)
-        resolved[role] = name
+        if resolved[role] is None and (role in required or opts.columns[role] is not None):
+            shown = _describe_columns(available, resolved)
+            raise InputError(
+                f"missing required column{shown}{hint}", path=path, column=wanted[role]
+            )
     return resolved
+
+
+def _describe_columns(available: list[str], resolved: dict[str, str | None]) -> str:
+    """The available column names, or only their number when they may be data (no expected
+    column was found, or a name does not look like an identifier)."""
+    if any(v is not None for v in resolved.values()) and all(map(_looks_like_name, available)):
+        more = ", ..." if len(available) > 50 else ""
+        return f" (has: {', '.join(available[:50])}{more})"
+    return (
+        f": the {len(available)} column names are not shown, as they do not look like a "
+        "header; is the header row missing, or the format another one?"
+    )
+
+
+def _looks_like_name(name: str) -> bool:
+    """Whether ``name`` may be quoted in a message: short, an identifier, no spaces."""
+    return _NAME.fullmatch(name) is not None
+
+
+def _check_duplicates(names: list[str], path: Path) -> None:
+    seen: Counter[str] = Counter(names)
+    dupes = sorted(n for n, count in seen.items() if count > 1)
+    if not dupes:
+        return
+    if all(map(_looks_like_name, dupes)):
+        shown = ", ".join(dupes)
+    else:
+        shown = f"{len(dupes)} repeated names, not shown"
+    raise InputError(f"duplicate column names ({shown})", path=path)
 
 
 def _find_column(available: list[str], wanted: str) -> str | None:
@@ -387,7 +617,9 @@ class _Raw:
 
     ``doc``/``patient``/``group``/``text`` hold strings or bytes (or are None when the input
     has no such column); ``extra`` holds pass-through columns. ``names`` gives each role's
-    input column name for rejection records.
+    input column name for rejection records. ``flags`` are rows a reader already found
+    unusable: (mask, reason, column), applied first. ``integer_patient`` rejects patient ids
+    that are not integers.
     """
 
     source: str
@@ -400,6 +632,17 @@ class _Raw:
     names: dict[str, str | None]
     extra: dict[str, pa.Array] = field(default_factory=dict)
     rejected: list[Rejection] = field(default_factory=list)
+    encoding: str = "utf-8"
+    integer_patient: bool = False
+    flags: list[tuple[np.ndarray, str, str | None]] = field(default_factory=list)
+
+
+_TARGETS = (
+    ("doc", pa.string()),
+    ("patient", pa.string()),
+    ("group", pa.string()),
+    ("text", pa.large_string()),
+)
 
 
 def _finish(raw: _Raw, schema: pa.Schema) -> _Chunk:
@@ -413,24 +656,16 @@ def _finish(raw: _Raw, schema: pa.Schema) -> _Chunk:
         rejected.extend(Rejection(raw.source, int(r), column, reason) for r in raw.rows[hit])
         keep[hit] = False
 
-    decoded: dict[str, pa.Array | None] = {"doc": None, "group": None}
-    for role, target in (
-        ("doc", pa.string()),
-        ("patient", pa.string()),
-        ("group", pa.string()),
-        ("text", pa.large_string()),
-    ):
-        arr = getattr(raw, role)
-        if arr is not None:
-            decoded[role], bad = _to_utf8(arr, target, raw.names.get(role), raw.source)
-            reject(bad, UNDECODABLE, raw.names.get(role))
-    extra = {}
-    for name, arr in raw.extra.items():
-        extra[name], bad = _to_utf8(arr, schema.field(name).type, name, raw.source)
-        reject(bad, UNDECODABLE, name)
-
+    for mask, reason, column in raw.flags:
+        reject(mask, reason, column)
+    decoded, extra = _decode_columns(raw, schema, reject)
+    for role, _ in _TARGETS:
+        if decoded[role] is not None:
+            reject(_contains(decoded[role], "\\x00"), NUL_CHARACTER, raw.names.get(role))
     patient = _trim(decoded["patient"])
     reject(_blank(patient), MISSING_PATIENT, raw.names["patient"])
+    if raw.integer_patient:
+        reject(~_contains(patient, "^[0-9]+$"), NOT_INTEGER, raw.names["patient"])
     reject(_blank(decoded["text"]), EMPTY_TEXT, raw.names["text"])
 
     mask = pa.array(keep)
@@ -444,14 +679,37 @@ def _finish(raw: _Raw, schema: pa.Schema) -> _Chunk:
     return pa.RecordBatch.from_arrays(columns, schema=schema), rejected
 
 
+def _decode_columns(
+    raw: _Raw, schema: pa.Schema, reject: Callable[[np.ndarray, str, str | None], None]
+) -> tuple[dict[str, pa.Array | None], dict[str, pa.Array]]:
+    """The role and pass-through columns as strings; undecodable values are rejected."""
+    reason = _undecodable_reason(raw.encoding)
+    decoded: dict[str, pa.Array | None] = {"doc": None, "group": None}
+    for role, target in _TARGETS:
+        arr = getattr(raw, role)
+        if arr is not None:
+            column = raw.names.get(role)
+            decoded[role], bad = _to_utf8(arr, target, column, raw.source, raw.encoding)
+            reject(bad, reason, column)
+    extra = {}
+    for name, arr in raw.extra.items():
+        target = schema.field(name).type
+        extra[name], bad = _to_utf8(arr, target, name, raw.source, raw.encoding)
+        reject(bad, reason, name)
+    return decoded, extra
+
+
 def _to_utf8(
-    arr: pa.Array, target: pa.DataType, column: str | None, source: str
+    arr: pa.Array, target: pa.DataType, column: str | None, source: str, encoding: str = "utf-8"
 ) -> tuple[pa.Array, np.ndarray]:
-    """Cast to ``target``; binary input is UTF-8-checked and bad values reported in a mask."""
+    """Cast to ``target``; binary input is decoded with ``encoding`` and values that do not
+    decode are reported in a mask (and become null)."""
     bad = np.zeros(len(arr), dtype=bool)
     if arr.type == target:
         return arr, bad
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+        if not _is_utf8(encoding):
+            return _decode_values(arr, target, encoding)
         try:
             return arr.cast(target), bad
         except pa.ArrowInvalid:
@@ -465,6 +723,24 @@ def _to_utf8(
         ) from None
 
 
+def _decode_values(
+    arr: pa.Array, target: pa.DataType, encoding: str
+) -> tuple[pa.Array, np.ndarray]:
+    """Decode binary values with a codec other than UTF-8 (value by value)."""
+    values: list[str | None] = []
+    bad = np.zeros(len(arr), dtype=bool)
+    for i, value in enumerate(arr.to_pylist()):
+        text = None
+        if value is not None:
+            try:
+                text = value.decode(encoding)
+                text.encode("utf-8")  # a codec such as utf-7 may yield lone surrogates
+            except UnicodeError:
+                text, bad[i] = None, True
+        values.append(text)
+    return pa.array(values, target), bad
+
+
 def _undecodable(value: bytes | None) -> bool:
     if value is None:
         return False
@@ -473,6 +749,12 @@ def _undecodable(value: bytes | None) -> bool:
     except UnicodeDecodeError:
         return True
     return False
+
+
+def _contains(arr: pa.Array, pattern: str) -> np.ndarray:
+    """True where a value matches the RE2 ``pattern`` (false for nulls)."""
+    hit = pc.match_substring_regex(arr, pattern)
+    return np.asarray(hit.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _trim(arr: pa.Array) -> pa.Array:
@@ -499,13 +781,8 @@ def _doc_ids(doc: pa.Array | None, stem: str, rows: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(missing), made, doc)
 
 
-def _stem(path: Path) -> str:
-    name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
-    return Path(name).stem
-
-
 # --------------------------------------------------------------------------------------------
-# Opening (possibly gzipped) files
+# Opening (possibly gzipped) files, and reading several
 
 
 def _is_gzip(path: Path) -> bool:
@@ -544,39 +821,93 @@ def _tell(raw: IO[bytes] | pa.NativeFile) -> Callable[[], int]:
     return bytes_read
 
 
+class _Progress:
+    """Bytes of input read so far: the sizes of the files done plus the current file's
+    position (``current``, set by the file's reader)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.current: Callable[[], int] = lambda: 0
+
+    def __call__(self) -> int:
+        return self.done + self.current()
+
+    def finish(self, size: int) -> None:
+        self.done += size
+        self.current = lambda: 0
+
+
+def _over_files(
+    files: list[Path], progress: _Progress, read: Callable[[Path], Iterator[_Chunk]]
+) -> Iterator[_Chunk]:
+    """The chunks of ``read(file)`` for each file in turn."""
+    for file in files:
+        size = file.stat().st_size
+        yield from read(file)
+        progress.finish(size)
+
+
 # --------------------------------------------------------------------------------------------
 # mimic: NOTEEVENTS-style CSV
 
 
+@dataclass(frozen=True)
+class _CsvLayout:
+    """One CSV file of a ``mimic`` input: its header and the columns read from it."""
+
+    path: Path
+    stem: str
+    header: list[str]
+    cols: dict[str, str | None]
+    extras: dict[str, str]  # output column -> input column
+    integer_patient: bool
+
+
 def _open_mimic(path: Path, opts: _Options) -> DocumentStream:
-    header = _csv_header(path)
-    cols = _resolve_columns(header, opts, _MIMIC_COLUMNS, {"doc", "patient", "text"}, path)
+    files = _input_files(path, "mimic")
+    layouts = [_csv_layout(path, f, opts) for f in files]
+    extras = [n.lower() for n in _MIMIC_EXTRAS if any(n.lower() in lay.extras for lay in layouts)]
+    schema = pa.schema([*DOCUMENTS, *(pa.field(name, pa.string()) for name in extras)])
+    progress = _Progress()
+    by_path = {lay.path: lay for lay in layouts}
+    chunks = _over_files(
+        files, progress, lambda f: _mimic_chunks(by_path[f], schema, opts, progress)
+    )
+    return DocumentStream(schema, "mimic", path, chunks, progress, _total_size(files))
+
+
+def _csv_layout(root: Path, path: Path, opts: _Options) -> _CsvLayout:
+    header, hint = _csv_header(path, opts.encoding)
+    required = {"doc", "patient", "text"}
+    cols = _resolve_columns(header, opts, _MIMIC_COLUMNS, required, path, hint)
+    _check_duplicates(header, path)
     extras = {
         name.lower(): found
         for name in _MIMIC_EXTRAS
         if (found := _find_column(header, name)) is not None and found not in cols.values()
     }
-    schema = pa.schema([*DOCUMENTS, *(pa.field(name, pa.string()) for name in extras)])
-    position: list[Callable[[], int]] = [lambda: 0]
-    chunks = _mimic_chunks(path, header, cols, extras, schema, opts.batch_rows, position)
-    return DocumentStream(schema, "mimic", path, chunks, lambda: position[0](), path.stat().st_size)
+    integer = (cols["patient"] or "").casefold() == "subject_id"
+    return _CsvLayout(path, _file_stem(root, path), header, cols, extras, integer)
 
 
-def _csv_header(path: Path) -> list[str]:
+def _csv_header(path: Path, encoding: str) -> tuple[list[str], str]:
+    """The header's column names and a hint when the file looks like another format."""
     with _open_binary(path) as (data, _):
-        line = data.readline()
+        line = data.readline(1 << 20)
     if not line.strip():
         raise InputError("empty CSV file: expected a header row", path=path)
+    hint = _format_hint(line, "mimic")
+    if len(line) >= 1 << 20 and not line.endswith(b"\n"):
+        raise InputError(f"the CSV header row is longer than 1 MiB{hint}", path=path)
     try:
-        text = line.decode("utf-8-sig")
+        text = line.decode("utf-8-sig" if _is_utf8(encoding) else encoding).lstrip("\ufeff")
     except UnicodeDecodeError:
-        raise InputError("the CSV header is not valid UTF-8", path=path) from None
-    names = next(csv.reader([text]))
-    names = [n.strip() for n in names]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"duplicate column names in the CSV header: {dupes}", path=path)
-    return names
+        why = " (pass --encoding if the file is not UTF-8)" if _is_utf8(encoding) else ""
+        raise InputError(
+            f"the CSV header does not decode as {encoding}{why}{hint}", path=path
+        ) from None
+    names = next(csv.reader([text]), [])
+    return [n.strip() for n in names], hint
 
 
 class _RowPlacer:
@@ -584,17 +915,22 @@ class _RowPlacer:
 
     pyarrow skips rows with the wrong column count (through ``invalid_row_handler``) and
     reports each one's record number before the batch that would have held it is returned, so
-    the good rows' indices are the first indices not taken by a skipped row.
+    the good rows' indices are the first indices not taken by a skipped row. A skipped row
+    holding the mark of a closed quote (:class:`_QuoteRepair`) is an unclosed quote.
     """
 
     def __init__(self) -> None:
         self.bad: list[int] = []
+        self.unclosed: set[int] = set()
         self._next = 0
         self._done = 0  # how many entries of self.bad have been placed
 
     def handler(self, row: Any) -> str:
         # row.number counts records from 1 and includes the header row.
-        self.bad.append(-1 if row.number is None else row.number - 2)
+        number = -1 if row.number is None else row.number - 2
+        self.bad.append(number)
+        if _SENTINEL_TEXT in (row.text or ""):
+            self.unclosed.add(number)
         return "skip"
 
     def place(self, n: int) -> tuple[np.ndarray, list[int]]:
@@ -614,54 +950,74 @@ class _RowPlacer:
         self._done = len(self.bad)
         return rest
 
+    def rejections(self, source: str, rows: list[int]) -> list[Rejection]:
+        """The rejections of skipped rows."""
+        return [
+            Rejection(source, r, None, UNCLOSED_QUOTE if r in self.unclosed else WRONG_COLUMNS)
+            for r in rows
+        ]
+
 
 def _mimic_chunks(
-    path: Path,
-    header: list[str],
-    cols: dict[str, str | None],
-    extras: dict[str, str],
-    schema: pa.Schema,
-    batch_rows: int,
-    position: list[Callable[[], int]],
+    layout: _CsvLayout, schema: pa.Schema, opts: _Options, progress: _Progress
 ) -> Iterator[_Chunk]:
-    source, stem = str(path), _stem(path)
-    used = [c for c in cols.values() if c is not None] + list(extras.values())
+    source = str(layout.path)
+    used = [c for c in layout.cols.values() if c is not None] + list(layout.extras.values())
+    used = list(dict.fromkeys(used))
     placer = _RowPlacer()
-    compressed = _is_gzip(path)
-    raw = pa.OSFile(str(path), "rb")
-    position[0] = _tell(raw)
+    check = _quote_check(layout)
+    raw = pa.OSFile(source, "rb")
+    progress.current = _tell(raw)
     try:
-        data = pa.CompressedInputStream(raw, "gzip") if compressed else raw
+        data = pa.CompressedInputStream(raw, "gzip") if _is_gzip(layout.path) else raw
+        repair = None if check is None else _QuoteRepair(data, check, len(layout.header))
         batches = _arrow_errors(
-            lambda: _csv_reader(data, header, used, placer.handler), path, "CSV"
+            lambda: _csv_reader(repair or data, layout.header, used, placer.handler),
+            layout.path,
+            "CSV",
         )
         for batch in batches:
             rows, skipped = placer.place(batch.num_rows)
-            wrong = [Rejection(source, r, None, WRONG_COLUMNS) for r in skipped]
-            for start in range(0, batch.num_rows, batch_rows):
-                part = batch.slice(start, batch_rows)
-                raw_chunk = _Raw(
-                    source=source,
-                    stem=stem,
-                    rows=rows[start : start + batch_rows],
-                    doc=_column(part, cols["doc"]),
-                    patient=part.column(cols["patient"]),
-                    group=_column(part, cols["group"]),
-                    text=part.column(cols["text"]),
-                    names=cols,
-                    extra={name: part.column(col) for name, col in extras.items()},
-                    rejected=wrong if start == 0 else [],
+            for start in range(0, batch.num_rows, opts.batch_rows):
+                part = batch.slice(start, opts.batch_rows)
+                raw_chunk = _mimic_raw(
+                    layout, part, rows[start : start + opts.batch_rows], schema, opts
                 )
+                raw_chunk.rejected = placer.rejections(source, skipped) if start == 0 else []
+                raw_chunk.flags = _unclosed_flags(part, check, repair, layout.cols["text"] or "")
                 yield _finish(raw_chunk, schema)
-        rest = [Rejection(source, r, None, WRONG_COLUMNS) for r in placer.rest()]
+        rest = placer.rejections(source, placer.rest())
         if rest:
             yield _empty(schema), rest
     finally:
         raw.close()
 
 
+def _mimic_raw(
+    layout: _CsvLayout, part: pa.RecordBatch, rows: np.ndarray, schema: pa.Schema, opts: _Options
+) -> _Raw:
+    cols = layout.cols
+    extra = {}
+    for f in list(schema)[len(DOCUMENTS) :]:  # null where this file lacks the column
+        found = layout.extras.get(f.name)
+        extra[f.name] = pa.nulls(len(part), f.type) if found is None else part.column(found)
+    return _Raw(
+        source=str(layout.path),
+        stem=layout.stem,
+        rows=rows,
+        doc=_column(part, cols["doc"]),
+        patient=part.column(cols["patient"]),
+        group=_column(part, cols["group"]),
+        text=part.column(cols["text"]),
+        names=cols,
+        extra=extra,
+        encoding=opts.encoding,
+        integer_patient=layout.integer_patient,
+    )
+
+
 def _csv_reader(
-    data: pa.NativeFile, header: list[str], used: list[str], handler: Callable[[Any], str]
+    data: Any, header: list[str], used: list[str], handler: Callable[[Any], str]
 ) -> pcsv.CSVStreamingReader:
     """A streaming CSV reader of the ``used`` columns, as binary, skipping the header row."""
     return pcsv.open_csv(
@@ -695,9 +1051,10 @@ def _arrow_errors(
         except StopIteration:
             return
         except (pa.ArrowException, OSError) as exc:
-            raise InputError(
-                f"cannot read the {what} file ({type(exc).__name__})", path=path
-            ) from None
+            why = type(exc).__name__
+            if "straddl" in str(exc):  # the message is not shown: it may quote the input
+                why = f"a record longer than {_CSV_BLOCK_BYTES >> 20} MiB: an unclosed quote?"
+            raise InputError(f"cannot read the {what} file ({why})", path=path) from None
         yield batch
 
 
@@ -707,6 +1064,259 @@ def _column(batch: pa.RecordBatch, name: str | None) -> pa.Array | None:
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+# --------------------------------------------------------------------------------------------
+# mimic: unclosed quotes
+
+
+_SENTINEL_TEXT = "\x1a<phisieve: unclosed quote>\x1a"
+_SENTINEL = _SENTINEL_TEXT.encode("ascii")
+_SENTINEL_RE2 = "\\x1a<phisieve: unclosed quote>\\x1a"
+_START_SPAN = 128  # a record start's pattern never spans more bytes than this
+_LOOKAHEAD = 3  # records that must follow a record start found inside a quoted field
+_MIN_COLUMNS = 5  # files of fewer columns are not checked for unclosed quotes
+_PLAIN, _OPEN, _WHOLE = 1, 2, 3  # what follows a record start (_QuoteRepair._record_shape)
+_MAX_HELD = 64 << 20  # bytes held back from pyarrow before giving up repairs in a file
+_QUOTED = re.compile(rb'[^"]*(?:""[^"]*)*')
+_UNQUOTED = re.compile(rb"[^,\r\n]*")
+
+
+@dataclass(frozen=True)
+class _QuoteCheck:
+    """How a file's records start: ``start`` finds the line break before a line that starts
+    like a record; ``swallowed`` (RE2) finds a field value holding such a line."""
+
+    start: re.Pattern[bytes]
+    swallowed: str
+
+
+def _quote_check(layout: _CsvLayout) -> _QuoteCheck | None:
+    """The record-start patterns of a file whose first columns (at least two, including the
+    patient's) are id columns, read as integers; None for any other layout."""
+    roles = {layout.cols[r]: r for r in ("doc", "patient", "group") if layout.cols[r] is not None}
+    lead = [roles[name] for name in itertools.takewhile(roles.__contains__, layout.header)]
+    if len(lead) < 2 or "patient" not in lead or len(layout.header) < _MIN_COLUMNS:
+        return None  # a line of a note could too easily look like such a record
+    fields = ['"?[0-9]{0,20}"?' if r == "group" else '"?[0-9]{1,20}"?' for r in lead]
+    prefix = ",".join(fields) + ","
+    rest = max(0, len(layout.header) - len(lead) - 1)
+    swallowed = f"\\n{prefix}(?:[^,\\n]*,){{{rest}}}"
+    return _QuoteCheck(re.compile(b"\\n(?=" + prefix.encode("ascii") + b")"), swallowed)
+
+
+def _unclosed_flags(
+    part: pa.RecordBatch, check: _QuoteCheck | None, repair: _QuoteRepair | None, text: str
+) -> list[tuple[np.ndarray, str, str | None]]:
+    """Rows with a field holding a closed quote's mark, or a text holding a whole record's
+    start (a quote :class:`_QuoteRepair` could not close)."""
+    if check is None:
+        return []
+    flags = [(_contains(part.column(text), check.swallowed), UNCLOSED_QUOTE, text)]
+    if repair is not None and repair.repaired:
+        for name, arr in zip(part.schema.names, part.columns, strict=True):
+            flags.append((_contains(arr, _SENTINEL_RE2), UNCLOSED_QUOTE, name))
+    return [flag for flag in flags if flag[0].any()]
+
+
+class _Parsed(NamedTuple):
+    """One CSV record parsed as pyarrow parses it."""
+
+    fields: int
+    end: int  # after its line break; for a field left open, where its text starts
+    inside: bool  # the bytes ended inside a quoted field
+    clean: bool  # no quote stands outside a quoted field's own quotes
+    quoted: bool  # a quoted field was opened and closed
+
+
+def _parse_record(buf: bytes, pos: int, end: int) -> _Parsed:
+    """Parse one CSV record of ``buf[pos:end]``."""
+    fields, clean, quoted = 0, True, False
+    while True:
+        fields += 1
+        after_quote = pos < end and buf[pos] == 0x22
+        if after_quote:
+            opened = pos + 1
+            pos = _QUOTED.match(buf, opened, end).end()  # type: ignore[union-attr]
+            if pos >= end:
+                return _Parsed(fields, opened, True, clean, quoted)
+            pos, quoted = pos + 1, True  # pyarrow keeps what follows up to the delimiter
+        stop = _UNQUOTED.match(buf, pos, end).end()  # type: ignore[union-attr]
+        if (after_quote and stop > pos) or buf.find(b'"', pos, stop) >= 0:
+            clean = False
+        if stop >= end:
+            return _Parsed(fields, end, False, clean, quoted)
+        if buf[stop] == 0x2C:
+            pos = stop + 1
+            continue
+        stop += 2 if buf.startswith(b"\r\n", stop) else 1
+        return _Parsed(fields, stop, False, clean, quoted)
+
+
+def _open_quote(buf: bytes, pos: int, end: int) -> bool:
+    """Whether a quoted field is open at ``end``, parsing records from ``pos``."""
+    while pos < end:
+        parsed = _parse_record(buf, pos, end)
+        if parsed.inside:
+            return True
+        pos = parsed.end
+    return False
+
+
+class _QuoteRepair:
+    """The bytes of a CSV file, with quoted fields left open closed where the next record
+    starts.
+
+    Record starts are found with the file's :class:`_QuoteCheck`. One found while parsing
+    the current record shows a quoted field open (an odd number of quotes is the cheap first
+    sign) is a line of that field's text, or the start of the record after one whose quote
+    was never closed. It is the latter when records follow it up to the next
+    :data:`_LOOKAHEAD` record starts or the end of the file (:meth:`_records_follow`): the
+    mark ``_SENTINEL"`` is then inserted before its line break, which closes the field, and
+    the reader rejects the record holding the mark. A file that ends inside a quoted field
+    gets the mark at its end.
+
+    Only the current record and a few after it are held back, at most :data:`_MAX_HELD`
+    bytes: beyond that the rest of the file is passed on unchanged.
+    """
+
+    def __init__(self, data: Any, check: _QuoteCheck, columns: int) -> None:
+        self.closed = False
+        self.repaired = 0
+        self._data = data
+        self._start = check.start
+        self._columns = columns
+        self._buf = b""
+        self._ready: deque[memoryview] = deque()  # bytes passed on, not yet read
+        self._rec = 0  # where the current record starts in _buf
+        self._cands: deque[int] = deque()  # undecided record starts in _buf
+        self._scanned = 0  # _buf[:_scanned] has been searched for record starts
+        self._eof = False
+        self._passthrough = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes | memoryview:
+        """Up to ``size`` bytes (pyarrow takes short reads and memoryviews)."""
+        if size is None or size < 0:
+            while not self._eof:
+                self._fill()
+            rest = b"".join(self._ready)
+            self._ready.clear()
+            return rest
+        while not self._ready and not self._eof:
+            self._fill()
+        if not self._ready:
+            return b""
+        piece = self._ready[0]
+        if len(piece) <= size:
+            return self._ready.popleft()
+        self._ready[0] = piece[size:]
+        return piece[:size]
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _fill(self) -> None:
+        chunk = self._data.read(_CSV_BLOCK_BYTES)
+        self._eof = not chunk
+        self._buf = self._buf + chunk if self._buf else bytes(chunk)
+        if not self._passthrough:
+            self._find_starts()
+            self._decide()
+            if len(self._buf) - self._rec > _MAX_HELD:
+                self._passthrough = True
+        self._emit(len(self._buf) if self._eof or self._passthrough else self._rec)
+
+    def _find_starts(self) -> None:
+        limit = len(self._buf) if self._eof else len(self._buf) - _START_SPAN
+        for m in self._start.finditer(self._buf, self._scanned):
+            if m.start() >= limit:
+                break
+            self._cands.append(m.start() + 1)
+        self._scanned = max(self._scanned, limit)
+
+    def _decide(self) -> None:
+        while self._cands:
+            at = self._cands[0]
+            buf = self._buf
+            if buf.count(b'"', self._rec, at) % 2 and _open_quote(buf, self._rec, at):
+                if len(self._cands) <= _LOOKAHEAD and not self._eof:
+                    return  # wait for the records after it
+                if not self._records_follow():
+                    self._cands.popleft()  # a line of text inside a quoted field
+                    continue
+                self._close_quote(at)  # moves the candidates
+                at = self._cands[0]
+            self._rec = at
+            self._cands.popleft()
+        if self._eof:
+            self._close_last()
+
+    def _close_last(self) -> None:
+        """Close a quoted field the file ends in: its record is damaged (truncated)."""
+        buf, end = self._buf, len(self._buf)
+        if buf.count(b'"', self._rec, end) % 2 and _open_quote(buf, self._rec, end):
+            self._buf += _SENTINEL + b'"'
+            self.repaired += 1
+
+    def _records_follow(self) -> bool:
+        """Whether records run from the first candidate to the end of the file or to the next
+        few record starts: the first a clean record of the file's column count with a quoted
+        field, or a further damaged one, and one at least such a clean record (a line of a
+        quoted field's text, where every quote is doubled, is not)."""
+        starts = list(itertools.islice(self._cands, _LOOKAHEAD + 1))
+        at_end = len(starts) <= _LOOKAHEAD
+        if at_end:
+            starts.append(len(self._buf))
+        shapes: list[int] = []
+        begin = previous = starts[0]
+        for end in starts[1:]:
+            shape = self._record_shape(begin, end)
+            if not shape and shapes and shapes[-1] == _OPEN:
+                # the record before held a line that looks like a record start: join them
+                shape = self._record_shape(previous, end)
+                if shape:
+                    shapes[-1], begin = shape, end
+                    continue
+            if not shape:
+                return False
+            shapes.append(shape)
+            previous, begin = begin, end
+        return shapes[0] != _PLAIN and (at_end or _WHOLE in shapes)
+
+    def _record_shape(self, start: int, end: int) -> int:
+        """What ``buf[start:end]`` is: :data:`_WHOLE`, one clean record of the file's column
+        count with a quoted field; :data:`_OPEN`, one of the file's column count whose last
+        field holds text up to ``end`` (a further damaged record); :data:`_PLAIN`, another
+        clean record; 0, something else."""
+        parsed = _parse_record(self._buf, start, end)
+        if parsed.inside:  # a line of text may end in ',"': a damaged record holds text
+            text = self._buf[parsed.end : end].strip()
+            return _OPEN if parsed.fields == self._columns and text else 0
+        if not parsed.clean or self._buf[parsed.end : end].strip(b"\r\n"):
+            return 0
+        return _WHOLE if parsed.fields == self._columns and parsed.quoted else _PLAIN
+
+    def _close_quote(self, at: int) -> None:
+        cut = at - 2 if self._buf.startswith(b"\r\n", at - 2) else at - 1
+        mark = _SENTINEL + b'"'
+        self._buf = self._buf[:cut] + mark + self._buf[cut:]
+        self._cands = deque(c + len(mark) for c in self._cands)
+        self._scanned += len(mark)
+        self.repaired += 1
+
+    def _emit(self, upto: int) -> None:
+        """Pass ``_buf[:upto]`` on (without copying it) and keep the rest."""
+        if upto <= 0:
+            return
+        view = memoryview(self._buf)
+        self._ready.append(view[:upto])
+        self._buf = bytes(view[upto:])
+        self._rec = max(0, self._rec - upto)
+        self._scanned = max(0, self._scanned - upto)
+        self._cands = deque(c - upto for c in self._cands if c >= upto)
 
 
 # --------------------------------------------------------------------------------------------
@@ -730,27 +1340,30 @@ class _Record:
 
 
 def _open_physionet(path: Path, opts: _Options) -> DocumentStream:
-    position: list[Callable[[], int]] = [lambda: 0]
-    chunks = _physionet_chunks(path, opts.batch_rows, position)
-    return DocumentStream(
-        DOCUMENTS, "physionet", path, chunks, lambda: position[0](), path.stat().st_size
+    files = _input_files(path, "physionet")
+    progress = _Progress()
+    chunks = _over_files(
+        files,
+        progress,
+        lambda f: _physionet_chunks(f, _file_stem(path, f), opts, progress),
     )
+    return DocumentStream(DOCUMENTS, "physionet", path, chunks, progress, _total_size(files))
 
 
 def _physionet_chunks(
-    path: Path, batch_rows: int, position: list[Callable[[], int]]
+    path: Path, stem: str, opts: _Options, progress: _Progress
 ) -> Iterator[_Chunk]:
-    source, stem = str(path), _stem(path)
+    source = str(path)
     records: list[_Record] = []
     with _open_binary(path) as (data, raw):
-        position[0] = _tell(raw)
+        progress.current = _tell(raw)
         for record in _physionet_records(data):
             records.append(record)
-            if len(records) == batch_rows:
-                yield _physionet_chunk(records, source, stem)
+            if len(records) == opts.batch_rows:
+                yield _physionet_chunk(records, source, stem, opts.encoding)
                 records = []
     if records:
-        yield _physionet_chunk(records, source, stem)
+        yield _physionet_chunk(records, source, stem, opts.encoding)
 
 
 def _physionet_records(lines: Iterable[bytes]) -> Iterator[_Record]:
@@ -782,12 +1395,12 @@ def _physionet_records(lines: Iterable[bytes]) -> Iterator[_Record]:
         yield current
 
 
-def _physionet_chunk(records: list[_Record], source: str, stem: str) -> _Chunk:
+def _physionet_chunk(records: list[_Record], source: str, stem: str, encoding: str) -> _Chunk:
     rows, patients, docs, texts, rejected = [], [], [], [], []
     for rec in records:
-        fields = _header_fields(rec)
-        if fields is None or not rec.ended:
-            rejected.append(Rejection(source, rec.index, None, MALFORMED))
+        fields = _header_fields(rec, encoding)
+        if isinstance(fields, str):
+            rejected.append(Rejection(source, rec.index, None, fields))
             continue
         patient, note = fields
         rows.append(rec.index)
@@ -804,19 +1417,21 @@ def _physionet_chunk(records: list[_Record], source: str, stem: str) -> _Chunk:
         text=pa.array(texts, pa.large_binary()),
         names={"doc": None, "patient": None, "group": None, "text": None},
         rejected=rejected,
+        encoding=encoding,
     )
     return _finish(raw, DOCUMENTS)
 
 
-def _header_fields(rec: _Record) -> tuple[str, str] | None:
-    """The record's (patient, note) ids, or None when its header is malformed."""
-    if rec.patient is None or rec.note is None:
-        return None
+def _header_fields(rec: _Record, encoding: str) -> tuple[str, str] | str:
+    """The record's (patient, note) ids, or the reason it is rejected."""
+    if not rec.ended or rec.patient is None or rec.note is None:
+        return MALFORMED
     try:
-        patient, note = rec.patient.decode("utf-8").strip(), rec.note.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return None
-    return (patient, note) if note else None
+        patient, note = rec.patient.decode(encoding).strip(), rec.note.decode(encoding).strip()
+        (patient + note).encode("utf-8")
+    except UnicodeError:
+        return _undecodable_reason(encoding)
+    return (patient, note) if note else MALFORMED
 
 
 # --------------------------------------------------------------------------------------------
@@ -824,13 +1439,15 @@ def _header_fields(rec: _Record) -> tuple[str, str] | None:
 
 
 def _open_jsonl(path: Path, opts: _Options) -> DocumentStream:
-    defaults = dict(_TABLE_COLUMNS)
-    cols = {role: opts.columns[role] or defaults[role] for role in _ROLES}
-    position: list[Callable[[], int]] = [lambda: 0]
-    chunks = _jsonl_chunks(path, cols, opts.batch_rows, position)
-    return DocumentStream(
-        DOCUMENTS, "jsonl", path, chunks, lambda: position[0](), path.stat().st_size
+    files = _input_files(path, "jsonl")
+    cols = {role: opts.columns[role] or _TABLE_COLUMNS[role] for role in _ROLES}
+    progress = _Progress()
+    chunks = _over_files(
+        files,
+        progress,
+        lambda f: _jsonl_chunks(f, _file_stem(path, f), cols, opts, progress),
     )
+    return DocumentStream(DOCUMENTS, "jsonl", path, chunks, progress, _total_size(files))
 
 
 class _BadValue(Exception):
@@ -839,31 +1456,31 @@ class _BadValue(Exception):
 
 
 def _jsonl_chunks(
-    path: Path, cols: dict[str, str], batch_rows: int, position: list[Callable[[], int]]
+    path: Path, stem: str, cols: dict[str, str], opts: _Options, progress: _Progress
 ) -> Iterator[_Chunk]:
-    source, stem = str(path), _stem(path)
+    source = str(path)
     lines: list[tuple[int, bytes]] = []
     with _open_binary(path) as (data, raw):
-        position[0] = _tell(raw)
+        progress.current = _tell(raw)
         for index, line in enumerate(data):
             if not line.strip():
                 continue
             lines.append((index, line))
-            if len(lines) == batch_rows:
-                yield _jsonl_chunk(lines, cols, source, stem)
+            if len(lines) == opts.batch_rows:
+                yield _jsonl_chunk(lines, cols, source, stem, opts.encoding)
                 lines = []
     if lines:
-        yield _jsonl_chunk(lines, cols, source, stem)
+        yield _jsonl_chunk(lines, cols, source, stem, opts.encoding)
 
 
 def _jsonl_chunk(
-    lines: list[tuple[int, bytes]], cols: dict[str, str], source: str, stem: str
+    lines: list[tuple[int, bytes]], cols: dict[str, str], source: str, stem: str, encoding: str
 ) -> _Chunk:
     values: dict[str, list[str | None]] = {role: [] for role in _ROLES}
     rows, rejected = [], []
     for index, line in lines:
         try:
-            record = _jsonl_record(line, cols)
+            record = _jsonl_record(line, cols, encoding)
         except _BadValue as bad:
             rejected.append(Rejection(source, index, bad.column, bad.reason))
             continue
@@ -880,30 +1497,30 @@ def _jsonl_chunk(
         text=pa.array(values["text"], pa.large_string()),
         names=dict(cols),
         rejected=rejected,
+        encoding=encoding,
     )
     return _finish(raw, DOCUMENTS)
 
 
-def _jsonl_record(line: bytes, cols: dict[str, str]) -> dict[str, str | None]:
+def _jsonl_record(line: bytes, cols: dict[str, str], encoding: str) -> dict[str, str | None]:
     try:
-        text = line.decode("utf-8")
+        text = line.decode(encoding).lstrip("\ufeff")
     except UnicodeDecodeError:
-        raise _BadValue(None, UNDECODABLE) from None
+        raise _BadValue(None, _undecodable_reason(encoding)) from None
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
         raise _BadValue(None, INVALID_JSON) from None
     if not isinstance(obj, dict):
         raise _BadValue(None, INVALID_JSON)
-    record = {}
-    for role in _ROLES:
-        value = obj.get(cols[role])
-        record[role] = _json_string(value, cols[role], allow_numbers=role != "text")
-    return record
+    return {
+        role: _json_value(obj.get(cols[role]), cols[role], is_id=role != "text") for role in _ROLES
+    }
 
 
-def _json_string(value: object, column: str, *, allow_numbers: bool) -> str | None:
-    """A JSON value as a string (ids may be integers); None for null or absent."""
+def _json_value(value: object, column: str, *, is_id: bool) -> str | None:
+    """A JSON value as a string, None for null or absent. Text must be a string; an id a
+    string or an integer (not a float, not even ``3.0``)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -913,96 +1530,146 @@ def _json_string(value: object, column: str, *, allow_numbers: bool) -> str | No
             except UnicodeEncodeError:  # a lone surrogate escape such as "\udc80"
                 raise _BadValue(column, UNDECODABLE) from None
         return value
-    if allow_numbers and isinstance(value, int) and not isinstance(value, bool):
+    if is_id and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    if allow_numbers and isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    raise _BadValue(column, INVALID_JSON)
+    raise _BadValue(column, WRONG_TYPE)
 
 
 # --------------------------------------------------------------------------------------------
 # parquet: a file or a folder of files
 
 
+@dataclass(frozen=True)
+class _ParquetLayout:
+    """One Parquet file of the input: the columns read from it."""
+
+    path: Path
+    stem: str
+    cols: dict[str, str | None]
+    extras: tuple[str, ...]  # its pass-through columns
+
+
 def _open_parquet(path: Path, opts: _Options) -> DocumentStream:
     files = [Path(f) for f in parquet_files(path)]
+    schemas = [_parquet_schema(f) for f in files]
+    layouts = [_parquet_layout(path, f, s, opts) for f, s in zip(files, schemas, strict=True)]
+    schema = pa.schema([*DOCUMENTS, *_extra_fields(layouts, schemas)])
+    progress = _Progress()
+    by_path = {lay.path: lay for lay in layouts}
+    chunks = _over_files(files, progress, lambda f: _parquet_chunks(by_path[f], schema, opts))
+    return DocumentStream(schema, "parquet", path, chunks, progress, _total_size(files))
+
+
+def _parquet_schema(path: Path) -> pa.Schema:
     try:
-        ds = pads.dataset([str(f) for f in files], format="parquet")
+        return pq.read_schema(path)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
-            f"cannot open the Parquet input ({type(exc).__name__})", path=path
+            f"cannot open the Parquet file ({type(exc).__name__})", path=path
         ) from None
-    cols = _resolve_columns(ds.schema.names, opts, _TABLE_COLUMNS, {"patient", "text"}, path)
+
+
+def _parquet_layout(root: Path, path: Path, schema: pa.Schema, opts: _Options) -> _ParquetLayout:
+    cols = _resolve_columns(schema.names, opts, _TABLE_COLUMNS, {"patient", "text"}, path)
+    _check_duplicates(schema.names, path)
     for role, name in cols.items():
         if name is not None:
-            _check_text_type(ds.schema.field(name).type, path, name, allow_numbers=role != "text")
+            _check_column_type(schema.field(name).type, path, name, role)
     used = {c for c in cols.values() if c is not None}
-    standard = set(DOCUMENTS.names)
-    extras = [f for f in ds.schema if f.name not in used and f.name not in standard]
-    schema = pa.schema([*DOCUMENTS, *extras])
-    sizes = [f.stat().st_size for f in files]
-    done = [0]
-    chunks = _parquet_chunks(path, ds, sizes, cols, schema, opts.batch_rows, done)
-    return DocumentStream(schema, "parquet", path, chunks, lambda: done[0], sum(sizes))
+    extras = tuple(n for n in schema.names if n not in used and n not in DOCUMENTS.names)
+    return _ParquetLayout(path, _file_stem(root, path), cols, extras)
 
 
-def _check_text_type(dtype: pa.DataType, path: Path, column: str, *, allow_numbers: bool) -> None:
-    ok = (
+def _check_column_type(dtype: pa.DataType, path: Path, column: str, role: str) -> None:
+    """Refuse a column that cannot hold ``role``: ids are strings or integers, text strings."""
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    text = (
         pa.types.is_string(dtype)
         or pa.types.is_large_string(dtype)
         or pa.types.is_binary(dtype)
         or pa.types.is_large_binary(dtype)
-        or (pa.types.is_dictionary(dtype) and pa.types.is_string(dtype.value_type))
-        or (allow_numbers and pa.types.is_integer(dtype))
         or pa.types.is_null(dtype)
     )
-    if not ok:
-        raise InputError(f"cannot read a column of type {dtype} as text", path=path, column=column)
+    if text or (role != "text" and pa.types.is_integer(dtype)):
+        return
+    if role == "text":
+        why = "the text must be strings"
+    else:
+        why = "ids must be strings or integers"
+        if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+            why += " (floats may merge distinct ids: cast the column to integers)"
+    raise InputError(f"cannot read a column of type {dtype}: {why}", path=path, column=column)
 
 
-def _parquet_chunks(
-    path: Path,
-    ds: pads.FileSystemDataset,
-    sizes: list[int],
-    cols: dict[str, str | None],
-    schema: pa.Schema,
-    batch_rows: int,
-    done: list[int],
-) -> Iterator[_Chunk]:
+def _extra_fields(layouts: list[_ParquetLayout], schemas: list[pa.Schema]) -> list[pa.Field]:
+    """The pass-through columns of all files, each with a type every file's values fit."""
+    types: dict[str, pa.DataType] = {}
+    for layout, schema in zip(layouts, schemas, strict=True):
+        for name in layout.extras:
+            dtype = schema.field(name).type
+            if name not in types or types[name] == dtype:
+                types[name] = dtype
+                continue
+            try:
+                merged = pa.unify_schemas(
+                    [pa.schema([(name, types[name])]), pa.schema([(name, dtype)])],
+                    promote_options="permissive",
+                )
+            except (pa.ArrowException, TypeError):
+                raise InputError(
+                    f"a pass-through column has type {dtype} here but {types[name]} in the "
+                    "files before",
+                    path=layout.path,
+                    column=name if _looks_like_name(name) else None,
+                ) from None
+            types[name] = merged.field(name).type
+    return [pa.field(name, dtype) for name, dtype in types.items()]
+
+
+def _parquet_chunks(layout: _ParquetLayout, schema: pa.Schema, opts: _Options) -> Iterator[_Chunk]:
+    cols = layout.cols
+    extras = list(schema)[len(DOCUMENTS) :]
     wanted = [c for c in cols.values() if c is not None]
-    wanted += [f.name for f in list(schema)[len(DOCUMENTS) :]]
-    for fragment, size in zip(ds.get_fragments(), sizes, strict=True):
-        frag_path = Path(fragment.path)
-        batches = _arrow_errors(
-            lambda f=fragment: f.to_batches(
-                schema=ds.schema, columns=wanted, batch_size=batch_rows, use_threads=False
-            ),
-            frag_path,
-            "Parquet",
+    wanted = list(dict.fromkeys([*wanted, *(f.name for f in extras if f.name in layout.extras)]))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with pq.ParquetFile(layout.path) as f:
+            yield from f.iter_batches(batch_size=opts.batch_rows, columns=wanted, use_threads=False)
+
+    start = 0
+    for batch in _arrow_errors(batches, layout.path, "Parquet"):
+        raw = _Raw(
+            source=str(layout.path),
+            stem=layout.stem,
+            rows=np.arange(start, start + batch.num_rows, dtype=np.int64),
+            doc=_column(batch, cols["doc"]),
+            patient=batch.column(cols["patient"]),
+            group=_column(batch, cols["group"]),
+            text=batch.column(cols["text"]),
+            names=cols,
+            extra={f.name: _extra_column(batch, f, layout.path) for f in extras},
+            encoding=opts.encoding,
         )
-        start = 0
-        for batch in batches:
-            raw = _Raw(
-                source=str(frag_path),
-                stem=_fragment_stem(path, frag_path),
-                rows=np.arange(start, start + batch.num_rows, dtype=np.int64),
-                doc=_column(batch, cols["doc"]),
-                patient=batch.column(cols["patient"]),
-                group=_column(batch, cols["group"]),
-                text=batch.column(cols["text"]),
-                names=cols,
-                extra={f.name: batch.column(f.name) for f in list(schema)[len(DOCUMENTS) :]},
-            )
-            start += batch.num_rows
-            yield _finish(raw, schema)
-        done[0] += size
+        start += batch.num_rows
+        yield _finish(raw, schema)
 
 
-def _fragment_stem(root: Path, frag: Path) -> str:
-    if root.is_dir():
-        rel = frag.relative_to(root).as_posix()
-        return rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
-    return _stem(frag)
+def _extra_column(batch: pa.RecordBatch, f: pa.Field, path: Path) -> pa.Array:
+    """A pass-through column as ``f``'s type; nulls in a file without it."""
+    if f.name not in batch.schema.names:
+        return pa.nulls(batch.num_rows, f.type)
+    arr = batch.column(f.name)
+    if arr.type == f.type:
+        return arr
+    try:
+        return arr.cast(f.type)
+    except pa.ArrowException:
+        raise InputError(
+            f"cannot convert a pass-through column to {f.type}",
+            path=path,
+            column=f.name if _looks_like_name(f.name) else None,
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -1012,15 +1679,12 @@ def _fragment_stem(root: Path, frag: Path) -> str:
 def _open_txt(path: Path, opts: _Options) -> DocumentStream:
     if not path.is_dir():
         raise InputError("the 'txt' format reads a folder of .txt files", path=path)
-    files = sorted(
-        (p.relative_to(path).as_posix() for p in path.rglob("*.txt") if p.is_file()),
-    )
-    files = [f for f in files if not _hidden(Path(f))]
+    files = [p.relative_to(path).as_posix() for p in _input_files(path, "txt")]
     mapping = None if opts.id_map is None else _read_id_map(opts.id_map)
     sizes = [(path / f).stat().st_size for f in files]
-    done = [0]
-    chunks = _txt_chunks(path, files, sizes, mapping, opts.batch_rows, done)
-    return DocumentStream(DOCUMENTS, "txt", path, chunks, lambda: done[0], sum(sizes))
+    progress = _Progress()
+    chunks = _txt_chunks(path, files, sizes, mapping, opts, progress)
+    return DocumentStream(DOCUMENTS, "txt", path, chunks, progress, sum(sizes))
 
 
 def _read_id_map(id_map: Path) -> dict[str, tuple[str, str | None]]:
@@ -1038,6 +1702,8 @@ def _read_id_map(id_map: Path) -> dict[str, tuple[str, str | None]]:
             return _id_map_rows(reader, id_map)
     except UnicodeDecodeError:
         raise InputError("the id map is not valid UTF-8", path=id_map) from None
+    except csv.Error:  # its message may quote the file
+        raise InputError("the id map is not a valid CSV file", path=id_map) from None
 
 
 def _id_map_rows(reader: csv.DictReader, id_map: Path) -> dict[str, tuple[str, str | None]]:
@@ -1060,13 +1726,13 @@ def _txt_chunks(
     files: list[str],
     sizes: list[int],
     mapping: dict[str, tuple[str, str | None]] | None,
-    batch_rows: int,
-    done: list[int],
+    opts: _Options,
+    progress: _Progress,
 ) -> Iterator[_Chunk]:
-    for start in range(0, len(files), batch_rows):
-        names = files[start : start + batch_rows]
-        yield _txt_chunk(root, names, start, mapping)
-        done[0] += sum(sizes[start : start + batch_rows])
+    step = opts.batch_rows
+    for start in range(0, len(files), step):
+        yield _txt_chunk(root, files[start : start + step], start, mapping, opts.encoding)
+        progress.finish(sum(sizes[start : start + step]))
 
 
 def _txt_patient(
@@ -1080,7 +1746,11 @@ def _txt_patient(
 
 
 def _txt_chunk(
-    root: Path, names: list[str], start: int, mapping: dict[str, tuple[str, str | None]] | None
+    root: Path,
+    names: list[str],
+    start: int,
+    mapping: dict[str, tuple[str, str | None]] | None,
+    encoding: str,
 ) -> _Chunk:
     source = str(root)
     rows, docs, patients, groups, texts, rejected = [], [], [], [], [], []
@@ -1089,11 +1759,16 @@ def _txt_chunk(
         if ids is None:
             rejected.append(Rejection(source, index, None, NO_PATIENT))
             continue
+        try:
+            text = (root / rel).read_bytes()
+        except OSError:
+            rejected.append(Rejection(source, index, None, UNREADABLE))
+            continue
         rows.append(index)
         docs.append(rel[: -len(".txt")])
         patients.append(ids[0])
         groups.append(ids[1])
-        texts.append((root / rel).read_bytes())
+        texts.append(text)
     raw = _Raw(
         source=source,
         stem=root.name,
@@ -1109,6 +1784,7 @@ def _txt_chunk(
             "text": None,
         },
         rejected=rejected,
+        encoding=encoding,
     )
     return _finish(raw, DOCUMENTS)
 
