@@ -3,9 +3,13 @@ gold spans, the secret, and the round trip on the real PhysioNet corpus."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import hmac
+import json
+import os
+import random
 import re
 import struct
 
@@ -17,6 +21,7 @@ from hypothesis import strategies as st
 
 from phisieve import _core
 from phisieve.cli import main
+from phisieve.dataset import read_manifest, side_file
 from phisieve.errors import ConfigError, InputError
 from phisieve.gold import (
     CATEGORY_OF_KIND,
@@ -29,7 +34,9 @@ from phisieve.gold import (
 from phisieve.placeholders import KINDS, find
 from phisieve.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
 
-SECRET = b"a test secret of 32 bytes......."
+# Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
+SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"
+OTHER_SECRET = b"a7c4839fa86ae7343466baddabffcd6feafefea66c23531b259dd0fd05072963"
 
 
 def docs(texts, patients=None):
@@ -143,7 +150,9 @@ def test_year_and_month_forms_follow_the_patients_shift():
     (got,) = surrogates_of(["[**2149-7-2**] [**2149**] [**7/2149**] [**7-2**]"])
     full, year, month_year, month_day = (v for v, _ in got)
     d = _parse(full)
-    assert year == str(d.year) and month_year == f"{d.month}/{d.year}"
+    # A lone year is read as July 2nd, a month/year as the 15th: both move with the shift.
+    mid = d + dt.timedelta(days=13)
+    assert year == str(d.year) and month_year == f"{mid.month}/{mid.year}"
     assert month_day.count("/") == 1
 
 
@@ -338,7 +347,7 @@ def test_the_secret_keys_the_mapping():
     patients = [f"p{i}" for i in range(40)]
     one = fill(texts, patients)[0]
     assert fill(texts, patients)[0] == one  # same key, same surrogates
-    other = fill(texts, patients, secret=b"another secret of 32 bytes......")[0]
+    other = fill(texts, patients, secret=OTHER_SECRET)[0]
     assert sum(x != y for x, y in zip(one, other, strict=True)) >= 38
     # The patient is part of the key: the same placeholder differs across patients.
     assert len({t.split(" ")[0] for t in one}) > 20
@@ -346,10 +355,10 @@ def test_the_secret_keys_the_mapping():
 
 def test_read_secret_rejects_short_missing_and_inside_output(tmp_path):
     key = tmp_path / "key.txt"
-    key.write_bytes(b"0123456789abcdef0123\n")
-    assert read_secret(key) == b"0123456789abcdef0123"
+    key.write_bytes(SECRET + b"\n")
+    assert read_secret(key) == SECRET
     (tmp_path / "short").write_bytes(b"abc\n")
-    with pytest.raises(ConfigError, match="at least 16"):
+    with pytest.raises(ConfigError, match="at least 32"):
         read_secret(tmp_path / "short")
     with pytest.raises(ConfigError, match="cannot read"):
         read_secret(tmp_path / "missing")
@@ -360,14 +369,177 @@ def test_read_secret_rejects_short_missing_and_inside_output(tmp_path):
 
 
 def test_the_secret_is_never_written_with_the_output(tmp_path):
-    secret = b"a-distinctive-secret-0123456789"
+    secret = bytes.fromhex("de7ad65732c3c5106c7b192a8abe2066a36dc3ca0316f198d8a2a25b8dba4751")
     out = tmp_path / "out"
     m = surrogate(docs(["Pt [**Known lastname 1**] on [**2149-3-4**]."]), out, secret)
     assert m["filled"] == 2 and m["faker_version"] and m["locale"] == "en_US"
-    for f in out.rglob("*"):
-        if f.is_file():
-            data = f.read_bytes()
-            assert secret not in data and secret.hex().encode() not in data
+    data = _written(tmp_path)  # the output and whatever the stage wrote beside it
+    assert data and secret not in data and secret.hex().encode() not in data
+
+
+# Weak secrets: short, repeated, a word padded, a run, an English phrase.
+WEAK_SECRETS = [
+    b"a" * 16,
+    b"a" * 32,
+    b"ab" * 16,
+    b"deadbeef" * 8,
+    b"Tr0ub4dor&3" * 3,
+    b"password" + b"0" * 24,
+    b"supersecretpassword".ljust(32, b"!"),
+    b"correcthorse".ljust(40, b"x"),
+    b"abcdefghijklmnopqrstuvwxyz012345",
+    b"a test secret of 32 bytes.......",
+    b"benchmark secret of 32 bytes....",
+    random.Random(7).randbytes(31),
+]
+
+
+@pytest.mark.parametrize("weak", WEAK_SECRETS, ids=range(len(WEAK_SECRETS)))
+def test_weak_secrets_are_refused_with_the_command_that_makes_one(weak, tmp_path):
+    key = tmp_path / "key"
+    key.write_bytes(weak)
+    calls = (
+        lambda: read_secret(key),
+        lambda: SurrogateFiller(weak),
+        lambda: surrogate(docs(["[**Known lastname 1**]"]), tmp_path / "out", weak),
+    )
+    for call in calls:
+        with pytest.raises(ConfigError, match=r"secrets\.token_hex\(32\)") as e:
+            call()
+        assert weak.decode("latin-1")[:12] not in str(e.value)  # never the secret itself
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_random_secrets_pass_as_bytes_hex_and_base64(tmp_path):
+    rng = random.Random(20240501)
+    raw = [rng.randbytes(32) for _ in range(2000)] + [os.urandom(32) for _ in range(5)]
+    for secret in raw:
+        SurrogateFiller(secret)  # the API takes raw bytes
+    key = tmp_path / "key"
+    for secret in raw[:300]:
+        for text in (secret.hex(), base64.b64encode(secret).decode()):
+            key.write_text(text + "\n")  # as `print(secrets.token_hex(32))` writes it
+            assert read_secret(key) == text.encode()
+
+
+# --------------------------------------------------------------------------------------------
+# Impossible dates: the shape makes a date, the calendar decides how it is filled
+
+IMPOSSIBLE_DATES = {
+    # placeholder: the calendar date it is read as before the patient's shift
+    "[**2150-13-45**]": "[**2150-12-31**]",
+    "[**2150-2-30**]": "[**2150-2-28**]",
+    "[**2150-0-0**]": "[**2150-1-1**]",
+    "[**2150-123-4567**]": "[**2150-12-31**]",
+    "[**13-45**]": "[**12-31**]",
+    "[**0-0**]": "[**1-1**]",
+    "[**99/99**]": "[**12/31**]",
+    "[**13/2150**]": "[**12/2150**]",
+    "[**0/2150**]": "[**1/2150**]",
+}
+
+
+@pytest.mark.parametrize("keep_unfilled", [False, True])
+def test_impossible_dates_become_dates_of_the_patients_shift(keep_unfilled):
+    texts = ["[**2150-6-1**] " + " ".join(IMPOSSIBLE_DATES), " ".join(IMPOSSIBLE_DATES.values())]
+    (bad, good) = surrogates_of(texts, ["p", "p"], keep_unfilled=keep_unfilled)
+    assert [label for _, label in bad] == ["date"] * (1 + len(IMPOSSIBLE_DATES))
+    # The same surrogate as the calendar date it is clamped to: the patient's shift.
+    assert [v for v, _ in bad[1:]] == [v for v, _ in good]
+    assert all(_is_calendar_date(v) for v, _ in bad)
+    _, _, filler = fill(texts[:1], keep_unfilled=keep_unfilled)
+    s = filler.summary()
+    assert s["by_form"] == {"date": 1 + len(IMPOSSIBLE_DATES)}
+    assert s["unfilled"] == 0 and s["unknown"]["categories"] == 0
+    assert s["dates_clamped"] == len(IMPOSSIBLE_DATES)
+
+
+def _is_calendar_date(value):
+    """Whether ``value`` is a real date as the surrogates write them (m/d read in 2000)."""
+    for form in ("%m/%d/%Y", "%Y-%m-%d", "%m/%Y", "%Y"):
+        try:
+            dt.datetime.strptime(value, form)
+            return True
+        except ValueError:
+            pass
+    return bool(re.fullmatch(r"\d{1,2}/\d{1,2}", value)) and _is_calendar_date(f"{value}/2000")
+
+
+def test_an_impossible_date_anchors_the_shift_like_any_date():
+    (got,) = surrogates_of(["seen [**2150-13-45**], again [**2150-2-30**]"], years=(2001, 2001))
+    assert [label for _, label in got] == ["date", "date"]
+    assert all(_parse(v).year in (2000, 2001) for v, _ in got)  # 2150 moved into the years
+
+
+def test_dates_written_in_other_shapes_are_dates_not_names():
+    (got,) = surrogates_of(["[**3/4/2150**] [**3-2150**] [**2150-3**] [**2150/3/4**]"])
+    assert [label for _, label in got] == ["date"] * 4
+    full, month_year, year_month, full2 = (v for v, _ in got)
+    assert _parse(full) == _parse(full2)
+    assert month_year == year_month and re.fullmatch(r"\d{1,2}/\d{4}", month_year)
+
+
+def test_the_manifest_counts_clamped_dates(tmp_path):
+    m = surrogate(docs(["[**2150-13-45**] [**2150-3-4**] [**2-30**]"]), tmp_path / "o", SECRET)
+    assert m["dates_clamped"] == 2 and m["by_kind"] == {"date": 3}
+    assert read_manifest(tmp_path / "o")["dates_clamped"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The report counts unknown categories; it names them only when asked
+
+UNKNOWN_NOTES = [
+    ("p1", "a [**Strange Thing 3**] b [**Strange Thing 4**] [**Zebediah Quux**]"),
+    ("p2", "c [**Strange Thing 9**]"),
+]
+
+
+def _written(root):
+    return b"".join(f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file())
+
+
+def test_the_report_counts_unknown_categories_without_their_text(tmp_path):
+    patients, texts = zip(*UNKNOWN_NOTES, strict=True)
+    m = surrogate(docs(list(texts), list(patients)), tmp_path / "o", SECRET)
+    assert m["unknown"] == {
+        "categories": 2,
+        "placeholders": 4,
+        "single_patient_categories": 1,
+        "single_patient_placeholders": 1,
+    }
+    assert "unknown_categories" not in m and m["report_unknown"] is False
+    manifest = read_manifest(tmp_path / "o")
+    assert manifest["unknown"] == m["unknown"]
+    for text in ("Strange", "Zebediah", "Quux"):
+        assert text not in json.dumps(m) and text not in json.dumps(manifest)
+        assert text.encode() not in _written(tmp_path)  # nothing written holds it
+    _, _, filler = fill(list(texts), list(patients))
+    assert "Strange" not in repr(filler) and "Strange" not in str(filler.summary())
+
+
+def test_report_unknown_names_only_categories_two_patients_use(tmp_path):
+    patients, texts = zip(*UNKNOWN_NOTES, strict=True)
+    m = surrogate(docs(list(texts), list(patients)), tmp_path / "o", SECRET, report_unknown=True)
+    assert m["unknown_categories"] == {"Strange Thing": 3}
+    assert m["report_unknown"] is True and m["unknown"]["single_patient_categories"] == 1
+    assert read_manifest(tmp_path / "o")["unknown_categories"] == {"Strange Thing": 3}
+    assert "Zebediah" not in json.dumps(m)  # one patient's category: never named
+
+
+def test_cli_names_unknown_categories_only_with_the_flag(tmp_path, capsys):
+    patients, texts = zip(*UNKNOWN_NOTES, strict=True)
+    pq.write_table(docs(list(texts), list(patients)), tmp_path / "in.parquet")
+    key = tmp_path / "key"
+    key.write_bytes(SECRET + b"\n")
+    base = ["surrogate", str(tmp_path / "in.parquet"), "--secret-file", str(key), "-q"]
+    main([*base, "--out", str(tmp_path / "a")])
+    printed = capsys.readouterr().out
+    assert "2 unknown categories" in printed and "--report-unknown-categories" in printed
+    assert "Strange" not in printed and "Zebediah" not in printed
+    main([*base, "--out", str(tmp_path / "b"), "--report-unknown-categories"])
+    printed = capsys.readouterr().out
+    assert "'Strange Thing': 3" in printed and "Zebediah" not in printed
+    assert read_manifest(tmp_path / "b")["unknown_categories"] == {"Strange Thing": 3}
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,11 +548,14 @@ def test_the_secret_is_never_written_with_the_output(tmp_path):
 
 def test_unknown_categories_are_reported_and_filled_or_kept():
     texts = ["a [**Strange Thing 3**] b [**Strange Thing 3**] [**Other One**] [**x **]] c [**"]
-    new, spans, filler = fill([*texts, "[**Strange Thing 9**] [**x **]"], ["p1", "p2"])
+    new, spans, filler = fill(
+        [*texts, "[**Strange Thing 9**] [**x **]"], ["p1", "p2"], report_unknown=True
+    )
     s = filler.summary()
     # Named once two patients use them; a category of one patient may be PHI: only counted.
     assert s["unknown_categories"] == {"Strange Thing": 3, "x": 2}
-    assert s["unknown_categories_single_patient"] == {"categories": 1, "placeholders": 1}
+    assert s["unknown"]["single_patient_categories"] == 1
+    assert s["unknown"]["single_patient_placeholders"] == 1
     assert s["unfilled"] == 0 and s["markers_removed"] == 1
     assert [sp["label"] for sp in spans[0]] == ["unknown", "unknown", "unknown", "unknown"]
     assert "[**" not in new[0] and "**]" not in new[0] and new[0].endswith(" c  ")
@@ -572,7 +747,7 @@ def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path):
     assert m["spans_without_document"] == 0
     out = tmp_path / "phi"
     s = surrogate(ph, out, SECRET)
-    assert s["placeholders"] == m["placeholders"] == s["filled"] and s["unknown_categories"] == {}
+    assert s["placeholders"] == m["placeholders"] == s["filled"] and s["unknown"]["categories"] == 0
 
     original = {r["doc_id"]: r["text"] for r in phisieve_docs(physionet_dir)}
     gold_by_doc = dict(
@@ -620,7 +795,7 @@ def _outside(text, spans):
 
 def test_cli_surrogate_and_placeholders(physionet_dir, tmp_path, capsys):
     key = tmp_path / "key.txt"
-    key.write_bytes(b"cli secret key 0123456789\n")
+    key.write_bytes(b"35a100ade2cdfd2328ec2f780f99b5d0bcb43ab217376954f6faf3d983e00e3e\n")
 
     def run(out, secret_file, *extra):
         args = ["surrogate", str(tmp_path / "ph"), "--out", str(tmp_path / out)]
@@ -645,7 +820,7 @@ def test_demo_fills_the_synthetic_corpus_and_knows_its_phi(tmp_path, capsys):
     spans = sum(len(s) for s in filled.column("spans").to_pylist())
     placeholders_in = find(pq.read_table(tmp_path / "notes").column("text")).num_rows
     assert spans == placeholders_in > 0
-    assert "gold PHI words" in printed and (tmp_path / "terms" / "blacklist.txt").exists()
+    assert "gold PHI words" in printed and side_file(tmp_path / "terms", "blacklist.txt").exists()
 
 
 def test_surrogate_spans_go_back_to_placeholders_of_the_same_kinds(tmp_path):

@@ -27,10 +27,12 @@ per surrogate (code-point ``start``/``end`` in the new text, ``label`` = the sur
 from __future__ import annotations
 
 import calendar
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ import polars as pl
 import pyarrow as pa
 
 from . import _core
-from .dataset import DatasetWriter, open_source, require_columns
+from .dataset import DatasetWriter, check_inputs, check_output, open_source, require_columns
 from .errors import ConfigError, InputError, MissingDependencyError
 from .placeholders import find, sex_of
 from .progress import progress_bar
@@ -49,17 +51,23 @@ __all__ = [
     "SPAN",
     "SPANS",
     "SurrogateFiller",
+    "check_secret",
     "date_anchors",
     "read_secret",
     "surrogate",
 ]
 
 
-MIN_SECRET_BYTES = 16
+MIN_SECRET_BYTES = 32
+"""A secret shorter than this is refused (HMAC-SHA256 keys: the hash's 32-byte output)."""
+MIN_SECRET_BITS = 128
+"""The entropy a secret must show (:func:`check_secret`): the usual 128-bit security level."""
+KEY_COMMAND = 'python -c "import secrets; print(secrets.token_hex(32))" > KEY'
+"""A command that writes a good secret file (64 hex digits: 256 random bits, plain text)."""
 ANCHOR_YEARS = (1000, 2300)
 """Years that can anchor a patient's date shift (MIMIC writes 2100-2200)."""
 SHOWN_AFTER_PATIENTS = 2
-"""An unknown category is named in reports once this many patients use it."""
+"""With ``report_unknown``, an unknown category is named once this many patients use it."""
 FAKER_POOL = 1 << 16
 """Values per Faker-formatted kind (phone, address...): see ``SurrogateFiller._pooled``."""
 _VERSION = b"phisieve-surrogate-v1"
@@ -108,6 +116,23 @@ _HOLIDAYS = (
 )
 # How a full date (year, month, day) is written; one style per patient.
 _DATE_STYLES = ("{m}/{d}/{Y}", "{Y}-{mm}-{dd}", "{mm}/{dd}/{Y}")
+# Date shapes, by shape alone (whatever the numbers): (shape the date is written back in,
+# pattern on the placeholder's content, the field each group holds). The first five are the
+# placeholder grammar's (rust/core/src/placeholders.rs); the others, which MIMIC does not
+# write, are dates all the same, never names.
+_DATE_SHAPES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("y-m-d", r"^([0-9]{4})-([0-9]{1,4})-([0-9]{1,4})$", ("year", "month", "day")),
+    ("m/y", r"^([0-9]{1,4})/([0-9]{4})$", ("month", "year")),
+    ("y", r"^([0-9]{4})$", ("year",)),
+    ("m-d", r"^([0-9]{1,2})-([0-9]{1,2})$", ("month", "day")),
+    ("m/d", r"^([0-9]{1,2})/([0-9]{1,2})$", ("month", "day")),
+    ("y-m-d", r"^([0-9]{1,2})[-/]([0-9]{1,2})[-/]([0-9]{4})$", ("month", "day", "year")),
+    ("y-m-d", r"^([0-9]{4})/([0-9]{1,2})/([0-9]{1,2})$", ("year", "month", "day")),
+    ("m/y", r"^([0-9]{1,2})-([0-9]{4})$", ("month", "year")),
+    ("m/y", r"^([0-9]{4})[-/]([0-9]{1,2})$", ("year", "month")),
+)
+_DATE_LIKE = r"^[0-9]{1,4}[-/][0-9]{1,4}([-/][0-9]{1,4})?$|^[0-9]{4}$"
+"""Content that may have a date shape: a quick filter before :data:`_DATE_SHAPES`."""
 
 
 def read_secret(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> bytes:
@@ -116,8 +141,9 @@ def read_secret(path: str | os.PathLike[str], out: str | os.PathLike[str] | None
     Raises
     ------
     ConfigError
-        When the file is missing, holds fewer than 16 bytes, or lies inside ``out`` (the
-        secret must never travel with the output).
+        When the file is missing, lies inside ``out`` (the secret must never travel with the
+        output), or holds a weak secret (:func:`check_secret`). The message names the file
+        and gives the command that makes a good one (:data:`KEY_COMMAND`), never the secret.
     """
     path = Path(path)
     if out is not None:
@@ -128,12 +154,83 @@ def read_secret(path: str | os.PathLike[str], out: str | os.PathLike[str] | None
         secret = path.read_bytes().rstrip()
     except OSError as e:
         raise ConfigError(f"cannot read the secret file {path}: {e.strerror}") from None
-    if len(secret) < MIN_SECRET_BYTES:
-        raise ConfigError(
-            f"the secret in {path} has {len(secret)} bytes; use at least {MIN_SECRET_BYTES} "
-            "random bytes (e.g. `head -c 32 /dev/urandom | base64 > key.txt`)"
-        )
+    check_secret(secret, where=f"in {path}")
     return secret
+
+
+def check_secret(secret: bytes, where: str = "") -> None:
+    """Refuse a secret that is short or shows little entropy.
+
+    A good secret is random: 32 bytes from ``secrets.token_bytes(32)``, or the 64 hex digits
+    of :data:`KEY_COMMAND`. The check is a screen for obviously weak secrets (a word, a
+    repeated pattern, padding), not a proof of strength; it asks for all of:
+
+    * at least :data:`MIN_SECRET_BYTES` bytes;
+    * no repetition of a unit at most half as long (``deadbeef`` × 8, ``ab`` × 16);
+    * at least :data:`MIN_SECRET_BITS` bits of order-0 entropy (the Shannon entropy of the
+      byte frequencies times the length: what a memoryless model needs to write the secret
+      down), both of the bytes and of the differences between successive bytes (which
+      catches runs such as ``abcdef...`` and ``123456...``).
+
+    Random secrets clear the bar with room: 32 random bytes score about 150 bits (160 at
+    most; under 128 needs a dozen repeated bytes or differences, probability about 1e-8:
+    run the command again), 64 random hex digits about 240. A padded word scores 40-110,
+    ``a`` × 32 scores 0.
+
+    Parameters
+    ----------
+    secret
+        The key.
+    where
+        Where the secret came from, for the message (``in key.txt``).
+
+    Raises
+    ------
+    ConfigError
+        Saying what is wrong and how to make a good secret; never any of its bytes.
+    """
+    problem = _secret_problem(secret)
+    if problem is not None:
+        raise ConfigError(
+            f"the secret {where + ' ' if where else ''}{problem}; make a random one with "
+            f"`{KEY_COMMAND}` (or secrets.token_bytes(32) in Python)"
+        )
+
+
+def _secret_problem(secret: bytes) -> str | None:
+    """Why ``secret`` is weak (:func:`check_secret`), or None."""
+    if not isinstance(secret, (bytes, bytearray)):
+        return f"must be bytes, not {type(secret).__name__}"
+    n = len(secret)
+    if n < MIN_SECRET_BYTES:
+        return f"has {n} bytes; it needs at least {MIN_SECRET_BYTES} random bytes"
+    if 2 * _smallest_period(secret) <= n:
+        return "repeats a short pattern"
+    diffs = bytes((b - a) % 256 for a, b in pairwise(secret))
+    bits = min(_order0_bits(secret), _order0_bits(diffs))
+    if bits < MIN_SECRET_BITS:
+        return f"shows about {bits:.0f} bits of entropy; it needs at least {MIN_SECRET_BITS}"
+    return None
+
+
+def _order0_bits(data: bytes) -> float:
+    """Order-0 empirical entropy of ``data`` in bits: ``sum(-c * log2(c / n))`` over the
+    count ``c`` of each distinct byte."""
+    n = len(data)
+    return -sum(c * math.log2(c / n) for c in Counter(data).values())
+
+
+def _smallest_period(data: bytes) -> int:
+    """The smallest ``p`` with ``data[i] == data[i + p]`` for every ``i`` (KMP border)."""
+    border = [0] * len(data)
+    k = 0
+    for i in range(1, len(data)):
+        while k and data[i] != data[k]:
+            k = border[k - 1]
+        if data[i] == data[k]:
+            k += 1
+        border[i] = k
+    return len(data) - (border[-1] if data else 0)
 
 
 def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
@@ -142,10 +239,10 @@ def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
     :data:`ANCHOR_YEARS` (typos such as 2999) do not anchor.
 
     ``found`` is a :func:`phisieve.placeholders.find` table over texts whose patient ids are
-    ``patients``. Only dates that carry a year count.
+    ``patients``. Only dates that carry a year count, impossible ones too
+    (:func:`_dates_by_shape`): ``[**2150-13-45**]`` anchors at 2150 as it is filled as a date.
     """
-    df = pl.from_arrow(found.select(["text", "form", "year", "shape"]))
-    assert isinstance(df, pl.DataFrame)
+    df = _dates_by_shape(found).select("text", "form", "year", "shape")
     pid = pl.from_arrow(pa.array(patients, pa.string()))
     assert isinstance(pid, pl.Series)
     dated = df.filter(
@@ -155,6 +252,50 @@ def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
     )
     dated = dated.with_columns(pid.gather(dated.get_column("text")).alias("patient_id"))
     return dated.group_by("patient_id").agg(pl.col("year").max().cast(pl.Int32))
+
+
+def _dates_by_shape(found: pa.Table | pl.DataFrame) -> pl.DataFrame:
+    """A :func:`phisieve.placeholders.find` table where every date-shaped placeholder is a
+    date.
+
+    The grammar reads ``[**2150-13-45**]``, ``[**13-45**]`` or ``[**13/2150**]`` as a named
+    placeholder whose category is that text, because a month or day is out of range (and
+    ``[**3/4/2150**]`` because it knows no such shape): such a placeholder then fell through
+    to an unknown category and got a last name. Here the shape decides the category
+    (:data:`_DATE_SHAPES`): it becomes form and kind ``date`` with its numbers as written,
+    and validity decides how it is filled (:meth:`SurrogateFiller._dates` clamps it into
+    the calendar, and counts it, before the patient's shift).
+    """
+    df = found if isinstance(found, pl.DataFrame) else pl.from_arrow(found)
+    assert isinstance(df, pl.DataFrame)
+    cat = pl.col("category")
+    bare = (pl.col("form") == "named") & pl.col("qualifier").is_null() & pl.col("id").is_null()
+    if not df.select((bare & cat.str.contains(_DATE_LIKE)).any()).item():
+        return df
+    shape: pl.Expr = pl.lit(None, pl.String)
+    fields = {f: pl.col(f) for f in ("year", "month", "day")}
+    for name, pattern, groups in reversed(_DATE_SHAPES):
+        hit = bare & cat.str.contains(pattern)
+        shape = pl.when(hit).then(pl.lit(name)).otherwise(shape)
+        for f in fields:
+            value = (
+                cat.str.extract(pattern, groups.index(f) + 1).cast(pl.UInt32)
+                if f in groups
+                else pl.lit(0, pl.UInt32)
+            )
+            fields[f] = pl.when(hit).then(value).otherwise(fields[f])
+    is_date = pl.col("date_shape").is_not_null()
+    return (
+        df.with_columns(date_shape=shape, **{f"date_{f}": e for f, e in fields.items()})
+        .with_columns(
+            form=pl.when(is_date).then(pl.lit("date")).otherwise(pl.col("form")),
+            kind=pl.when(is_date).then(pl.lit("date")).otherwise(pl.col("kind")),
+            category=pl.when(is_date).then(None).otherwise(cat),
+            shape=pl.coalesce("date_shape", "shape"),
+            **{f: pl.col(f"date_{f}").cast(df.schema[f]) for f in fields},
+        )
+        .drop("date_shape", *(f"date_{f}" for f in fields))
+    )
 
 
 @dataclass
@@ -215,8 +356,8 @@ class SurrogateFiller:
     Parameters
     ----------
     secret
-        The key of every draw (at least 16 bytes). Keep it apart from the output: with it
-        and the input, the mapping can be recomputed.
+        The key of every draw: random, at least 32 bytes (:func:`check_secret`). Keep it
+        apart from the output: with it and the input, the mapping can be recomputed.
     locale
         Faker locale of the surrogates (``en_US``...).
     keep_unfilled
@@ -228,6 +369,11 @@ class SurrogateFiller:
     anchors
         Latest placeholder year per patient (:func:`date_anchors` over the whole input).
         Patients absent from it keep their years and move by a keyed number of weeks.
+    report_unknown
+        Name unknown categories in :meth:`summary` (``unknown_categories``: text -> count),
+        only those that at least ``SHOWN_AFTER_PATIENTS`` patients use: a category one
+        patient wrapped in ``[** **]`` may be PHI, and is only ever counted. Without it the
+        summary holds counts only (``unknown``), never a category's text.
     """
 
     secret: bytes = field(repr=False)
@@ -235,14 +381,14 @@ class SurrogateFiller:
     keep_unfilled: bool = False
     years: tuple[int, int] = (2000, 2020)
     anchors: dict[str, int] = field(default_factory=dict)
+    report_unknown: bool = False
     counts: Counter[str] = field(default_factory=Counter)
-    unknown_categories: Counter[str] = field(default_factory=Counter)
+    unknown_categories: Counter[str] = field(default_factory=Counter, repr=False)
     _unknown_patients: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _pool: dict[str, dict[int, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if len(self.secret) < MIN_SECRET_BYTES:
-            raise ConfigError(f"the secret must have at least {MIN_SECRET_BYTES} bytes")
+        check_secret(self.secret)
         lo, hi = self.years
         if not 1 <= lo <= hi <= 9000:
             raise ConfigError(f"years must be an increasing range of years, not {self.years}")
@@ -280,7 +426,17 @@ class SurrogateFiller:
         )
 
     def summary(self) -> dict[str, Any]:
-        """What was filled so far, and what the mapping depends on (never the secret)."""
+        """What was filled so far, and what the mapping depends on (never the secret).
+
+        Returns
+        -------
+        dict
+            Counts of placeholders (by form), of surrogates (by kind), of unfilled
+            placeholders and removed markers; ``dates_clamped``: date placeholders that
+            were no calendar date (``2150-13-45``, ``2-30``) and were moved into one before
+            the shift; ``unknown``: counts of unknown categories (see
+            :meth:`_unknown_report`); the options the mapping depends on.
+        """
         import faker
 
         def by(prefix: str) -> dict[str, int]:
@@ -294,6 +450,7 @@ class SurrogateFiller:
             "markers_removed": self.counts["markers_removed"],
             "by_form": by("form:"),
             "by_kind": by("kind:"),
+            "dates_clamped": self.counts["dates_clamped"],
             **self._unknown_report(),
             "keep_unfilled": self.keep_unfilled,
             "locale": self.locale,
@@ -303,18 +460,33 @@ class SurrogateFiller:
         }
 
     def _unknown_report(self) -> dict[str, Any]:
-        """Unknown categories used by at least ``SHOWN_AFTER_PATIENTS`` patients, with counts;
-        the others only counted: text a single patient wrapped in ``[** **]`` may be PHI."""
-        shown, hidden, hidden_n = {}, 0, 0
+        """The unknown categories, counted.
+
+        ``unknown`` holds counts only: distinct categories and their placeholders, and how
+        many of those are used by a single patient. With ``report_unknown``,
+        ``unknown_categories`` also names (text -> placeholders) the categories that at least
+        ``SHOWN_AFTER_PATIENTS`` patients use; a category of one patient is never named, as
+        the text it wraps in ``[** **]`` may be PHI.
+        """
+        shown: dict[str, int] = {}
+        single, single_n = 0, 0
         for name, n in sorted(self.unknown_categories.items(), key=lambda kv: (-kv[1], kv[0])):
             if len(self._unknown_patients.get(name, ())) >= SHOWN_AFTER_PATIENTS:
                 shown[name] = n
             else:
-                hidden, hidden_n = hidden + 1, hidden_n + n
-        return {
-            "unknown_categories": shown,
-            "unknown_categories_single_patient": {"categories": hidden, "placeholders": hidden_n},
+                single, single_n = single + 1, single_n + n
+        report: dict[str, Any] = {
+            "unknown": {
+                "categories": len(self.unknown_categories),
+                "placeholders": sum(self.unknown_categories.values()),
+                "single_patient_categories": single,
+                "single_patient_placeholders": single_n,
+            },
+            "report_unknown": self.report_unknown,
         }
+        if self.report_unknown:
+            report["unknown_categories"] = shown
+        return report
 
     # ----------------------------------------------------------------------------------------
     def draws(self, *parts: pa.Array | list[str | None]) -> np.ndarray:
@@ -363,8 +535,7 @@ class SurrogateFiller:
     def _replacements(self, found: pa.Table, patients: pa.Array) -> pa.Table:
         """One row per edit (``text``, ``start``, ``end``, ``with``, ``label``; label null
         for removed markers), in text order."""
-        df = pl.from_arrow(found)
-        assert isinstance(df, pl.DataFrame)
+        df = _dates_by_shape(found)
         pid = pl.from_arrow(patients)
         assert isinstance(pid, pl.Series)
         df = df.with_row_index("order").with_columns(
@@ -619,7 +790,9 @@ class SurrogateFiller:
         )
         # Clamp to the calendar (MIMIC has 2/30, 0 for a month and the like).
         last = pl.date(pl.col("y"), pl.col("m"), 1).dt.month_end().dt.day()
-        shifted = pl.date(pl.col("y"), pl.col("m"), pl.min_horizontal(pl.col("d"), last))
+        day = pl.min_horizontal(pl.col("d"), last)
+        self.counts["dates_clamped"] += df.select(_clamped(day).sum()).item()
+        shifted = pl.date(pl.col("y"), pl.col("m"), day)
         shifted = shifted + pl.duration(days=pl.col("shift_days"))
         df = df.with_columns(new=shifted).with_columns(
             Y=pl.col("new").dt.year().cast(pl.String),
@@ -647,6 +820,17 @@ class SurrogateFiller:
             .otherwise(pl.format("{}/{}", "m_", "d_"))
         )
         return df.select("order", **{"with": text, "label": pl.lit("date")})
+
+
+def _clamped(day: pl.Expr) -> pl.Expr:
+    """Whether a date placeholder was no calendar date: its written month (shapes other than
+    a lone year) or day (shapes with one) differs from the clamped ``m`` or ``day``."""
+    shape = pl.col("shape")
+    month_moved = (shape != "y") & (pl.col("month").cast(pl.Int64) != pl.col("m").cast(pl.Int64))
+    day_moved = shape.is_in(["y-m-d", "m-d", "m/d"]) & (
+        pl.col("day").cast(pl.Int64) != day.cast(pl.Int64)
+    )
+    return month_moved | day_moved
 
 
 def _style_columns(style: str) -> list[str]:
@@ -686,6 +870,8 @@ def surrogate(
     keep_unfilled: bool = False,
     years: tuple[int, int] = (2000, 2020),
     progress: bool = False,
+    overwrite: bool = False,
+    report_unknown: bool = False,
 ) -> dict[str, Any]:
     """Fill every placeholder of a ``documents`` dataset and write it with gold ``spans``.
 
@@ -698,28 +884,41 @@ def surrogate(
         A documents dataset folder, Parquet file or table (``patient_id``, ``text``; other
         columns pass through).
     out
-        Output folder (a Parquet dataset with ``_SUCCESS.json``). Never holds the secret.
+        Output folder (a Parquet dataset; its manifest in ``out.meta/``). Never holds the
+        secret.
     secret
-        The key (at least 16 bytes); :func:`read_secret` reads it from a file.
-    locale, keep_unfilled, years
+        The key: random, at least 32 bytes (:func:`check_secret`, checked before anything
+        is read or written); :func:`read_secret` reads it from a file.
+    locale, keep_unfilled, years, report_unknown
         As :class:`SurrogateFiller`.
     progress
         Show progress bars.
+    overwrite
+        Replace an existing output (atomically). Without it an existing ``out`` is refused.
 
     Returns
     -------
     dict
         The manifest: rows, counts of placeholders by form and filled surrogates by kind,
-        unknown categories with counts (named once two patients use them; the others only
-        counted, as text one patient wrapped in ``[** **]`` may be PHI), unfilled
-        placeholders, removed markers, and the locale, Faker version and year range the
-        mapping depends on.
+        unfilled placeholders, removed markers, impossible dates clamped, unknown
+        categories counted (their text only with ``report_unknown``, and then only of those
+        two patients use: :meth:`SurrogateFiller._unknown_report`), and the locale, Faker
+        version and year range the mapping depends on.
     """
+    check_secret(secret)
+    inputs = check_inputs(docs=docs)
+    check_output(out, overwrite, inputs)
     src = open_source(docs, 4096)
     require_columns(src.schema, ["patient_id", "text"], src.name)
     if not src.reiterable:
         raise InputError("the surrogate stage reads its input twice: pass a dataset or a table")
-    filler = SurrogateFiller(secret, locale=locale, keep_unfilled=keep_unfilled, years=years)
+    filler = SurrogateFiller(
+        secret,
+        locale=locale,
+        keep_unfilled=keep_unfilled,
+        years=years,
+        report_unknown=report_unknown,
+    )
     anchors = filler.anchors
     with progress_bar("dates", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["patient_id", "text"]):
@@ -728,9 +927,24 @@ def surrogate(
                 anchors[p] = max(y, anchors.get(p, y))
             adv(b.num_rows)
     schema = src.schema.append(pa.field("spans", SPANS))
-    writer = DatasetWriter(Path(out), schema)
-    with progress_bar("surrogate", total=src.num_rows, unit="documents", enabled=progress) as adv:
+    options = {
+        "locale": locale,
+        "keep_unfilled": keep_unfilled,
+        "years": list(years),
+        "report_unknown": report_unknown,
+    }
+    with (
+        DatasetWriter(
+            Path(out),
+            schema,
+            stage="surrogate",
+            inputs=inputs,
+            options=options,
+            overwrite=overwrite,
+        ) as writer,
+        progress_bar("surrogate", total=src.num_rows, unit="documents", enabled=progress) as adv,
+    ):
         for b in src.batches(None):
             writer.write(filler.fill(b))
             adv(b.num_rows)
-    return writer.close(**filler.summary())
+        return writer.close(**filler.summary())
