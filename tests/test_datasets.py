@@ -18,6 +18,7 @@ import pytest
 
 from phisieve.cli import main
 from phisieve.dataset import (
+    LOCK_FILE,
     MANIFEST,
     DatasetWriter,
     check_dataset,
@@ -114,7 +115,8 @@ def test_output_folders_hold_only_their_parquet_files(outputs: Path, stage: str)
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
     assert files == sorted(m["files"]) and all(f.endswith(".parquet") for f in files)
     assert (meta_dir(out) / MANIFEST).is_file()
-    assert not [p for p in outputs.iterdir() if p.name.startswith(".")], "temporary folders left"
+    hidden = [p.name for p in outputs.iterdir() if p.name.startswith(".")]
+    assert hidden in ([], [LOCK_FILE]), "temporary folders left"
 
 
 def test_side_files_and_rejected_rows_live_beside_the_dataset(outputs: Path) -> None:
@@ -268,7 +270,7 @@ def test_a_failed_overwrite_keeps_the_previous_output(outputs: Path, tmp_path: P
         raise RuntimeError("the stage failed")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert check_dataset(out)["rows"] == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t", "t.meta"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE, "t", "t.meta"]
 
 
 @pytest.mark.parametrize("stage", list(OUTPUTS))
@@ -295,9 +297,10 @@ DRIVER = textwrap.dedent(
     import phisieve.dataset as d
 
     kill_at, steps = int(os.environ["KILL_AT"]), [0]
+    kill_event = os.environ.get("KILL_EVENT")
     def step(event, path):
         steps[0] += 1
-        if steps[0] == kill_at:
+        if steps[0] == kill_at or event == kill_event:
             os.kill(os.getpid(), signal.SIGKILL)
     d._step = step
     post = d.DatasetWriter.__post_init__
@@ -315,10 +318,11 @@ DRIVER = textwrap.dedent(
 )
 
 
-def run_killed(argv: list[object], kill_at: int, steps_file: Path) -> int:
+def run_killed(argv: list[object], kill_at: int, steps_file: Path, event: str = "") -> int:
     """Run the CLI in a child process SIGKILLed before its ``kill_at``-th file-system step
-    (0: never); its exit status."""
+    (0: never), or before its first step named ``event``; its exit status."""
     env = {**os.environ, "KILL_AT": str(kill_at), "STEPS_FILE": str(steps_file)}
+    env["KILL_EVENT"] = event
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, *map(str, argv)], env=env, capture_output=True, timeout=300
     )
@@ -350,4 +354,93 @@ def test_a_killed_rerun_never_leaves_a_folder_the_next_stage_accepts_short(
         assert pq.read_table(out).num_rows == full
     run(*argv)
     assert read_manifest(out)["rows"] == full
-    assert not [p.name for p in w.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in w.iterdir() if p.name.startswith(".")] == [LOCK_FILE]
+
+
+def synth_argv(out: Path) -> list[object]:
+    return ["synth", "--patients", 5, "--seed", 1, "--out", out, "-q", "--overwrite"]
+
+
+def test_an_interrupt_while_moving_keeps_the_new_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import phisieve.dataset as d
+
+    out = tmp_path / "t"
+    write_dataset(pa.table({"a": [1]}), out)
+
+    def interrupt(event: str, path: Path) -> None:
+        if event == "place-data":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(d, "_step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(pa.table({"a": [1, 2]}), out, overwrite=True)
+    monkeypatch.undo()
+    assert check_dataset(out)["rows"] == 2
+    assert pq.read_table(out).num_rows == 2
+
+
+def test_a_write_killed_before_its_commit_never_replaces_a_later_one(tmp_path: Path) -> None:
+    out = tmp_path / "notes"
+    run(*synth_argv(out))
+    # B starts; A starts too, and dies with its marker written but before its commit
+    # started; B completes. A's leftovers must never be rolled forward over B.
+    with DatasetWriter(out, pa.schema({"doc_id": pa.string()}), overwrite=True) as b:
+        b.write(pa.table({"doc_id": ["b"]}))
+        argv_a = synth_argv(out)
+        assert run_killed(argv_a, 0, tmp_path / "steps", event="journal") == -signal.SIGKILL
+        assert any(p.name.startswith(".notes.meta.tmp-") for p in tmp_path.iterdir())
+        b.close()
+    assert check_dataset(out)["rows"] == 1 and pq.read_table(out).num_rows == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [LOCK_FILE]
+
+
+def test_concurrent_readers_finish_a_killed_commit_once(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = tmp_path / "notes"
+    run(*synth_argv(out))
+    full = read_manifest(out)["rows"]
+    for event in ("retire-meta", "retire-data", "place-data", "place-meta", "remove-old"):
+        assert run_killed(synth_argv(out), 0, tmp_path / "steps", event=event) < 0
+        with ThreadPoolExecutor(4) as pool:
+            rows = list(pool.map(lambda _: check_dataset(out)["rows"], range(4)))
+        assert rows == [full] * 4, event
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [LOCK_FILE]
+
+
+def test_recovery_leaves_a_live_writer_alone(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    write_dataset(pa.table({"a": [1]}), out)
+    with DatasetWriter(out, pa.schema({"a": pa.int64()}), overwrite=True) as writer:
+        writer.write(pa.table({"a": [1, 2, 3]}))
+        writer._flush()
+        before = sorted(p.name for p in tmp_path.iterdir())
+        code = "import sys; from phisieve.dataset import check_dataset; check_dataset(sys.argv[1])"
+        subprocess.run([sys.executable, "-c", code, str(out)], check=True, timeout=120)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        writer.close()
+    assert check_dataset(out)["rows"] == 3
+
+
+def test_outputs_that_are_not_plain_folders_are_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    write_dataset(pa.table({"a": [1]}), real)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(InputError, match="not a plain folder"):
+        write_dataset(pa.table({"a": [2]}), tmp_path / "link", overwrite=True)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match="not a plain folder"):
+        write_dataset(pa.table({"a": [2]}), tmp_path / "f", overwrite=True)
+    assert check_dataset(real)["rows"] == 1
+
+
+def test_a_dataset_rewritten_between_two_passes_is_an_error(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    write_dataset(pa.table({"a": [1]}), out)
+    src = open_source(out)
+    assert sum(b.num_rows for b in src.batches(None)) == 1
+    write_dataset(pa.table({"a": [1, 2]}), out, overwrite=True)
+    with pytest.raises(InputError, match="rewritten while it was being read"):
+        list(src.batches(None))

@@ -25,6 +25,7 @@ files differ from the ones the marker lists, naming the folder and what is wrong
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -106,56 +107,112 @@ def _atomic_write_bytes(data: bytes, path: Path) -> None:
 # Temporary folders, commit and recovery
 
 
+@contextlib.contextmanager
+def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed); yields False when
+    ``blocking`` is False and another process holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield True  # cannot lock here (read-only folder): nothing can be recovered either
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+LOCK_FILE = ".phisieve.lock"
+"""The lock file, one per folder of outputs: commits and recoveries there take turns."""
+
+
+def _lock_path(out: Path) -> Path:
+    """The lock every commit and recovery of ``out`` holds (one at a time per folder)."""
+    return out.with_name(LOCK_FILE)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
 @dataclass(frozen=True)
 class _Pending:
-    """The temporary and retired folders of one write of ``out`` (token = host-pid-random)."""
+    """The hidden files and folders of one write of ``out`` (token = host-pid-random):
+
+    - ``.OUT.live-T``: locked by the writing process for its whole life (liveness);
+    - ``.OUT.tmp-T`` and ``.OUT.meta.tmp-T``: the new data and metadata;
+    - ``.OUT.commit-T``: the commit journal, created before the first move;
+    - ``.OUT.old-T`` and ``.OUT.meta.old-T``: the previous output, while it is replaced.
+    """
 
     out: Path
     token: str
 
+    def _sibling(self, infix: str) -> Path:
+        return self.out.with_name(f".{self.out.name}{infix}-{self.token}")
+
+    @property
+    def live(self) -> Path:
+        return self._sibling(".live")
+
+    @property
+    def journal(self) -> Path:
+        return self._sibling(".commit")
+
     @property
     def data(self) -> Path:
-        return self.out.with_name(f".{self.out.name}.tmp-{self.token}")
+        return self._sibling(".tmp")
 
     @property
     def meta(self) -> Path:
-        return self.out.with_name(f".{self.out.name}{META_SUFFIX}.tmp-{self.token}")
+        return self._sibling(f"{META_SUFFIX}.tmp")
 
     @property
     def old_data(self) -> Path:
-        return self.out.with_name(f".{self.out.name}.old-{self.token}")
+        return self._sibling(".old")
 
     @property
     def old_meta(self) -> Path:
-        return self.out.with_name(f".{self.out.name}{META_SUFFIX}.old-{self.token}")
+        return self._sibling(f"{META_SUFFIX}.old")
 
     def owner_alive(self) -> bool:
-        """Whether the process that owns these folders may still be writing them."""
-        host, pid, _ = self.token.rsplit("-", 2)
-        if host != _HOST:
-            return True  # another machine's (a shared file system): never touched from here
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        """Whether the writing process still holds its liveness lock (on any machine that
+        shares the file system's locks, in any PID namespace)."""
+        if not self.live.exists():
             return False
-        except (PermissionError, ValueError, OSError):
-            return True
-        return True
+        with _locked(self.live, blocking=False) as free:
+            return not free
 
     def commit(self) -> None:
         """Move the complete temporary folders into place (also finishes a killed commit).
 
-        Order: retire the old marker first (the old output is no longer accepted), then the
-        old data; move the new data in, then the new metadata (the marker: accepted again).
-        Every step is a rename in the same folder; a kill between two of them is finished
-        by :func:`recover` from whatever step it reached.
+        Called with the output's lock held. The journal is written first: from then on the
+        write is finished by :func:`recover` if this process dies. Order: retire the old
+        marker (the old output is no longer accepted), then the old data; move the new data
+        in, then the new metadata (the marker: accepted again); remove the old output, then
+        the journal. Every move is a rename in the same folder.
         """
+        if not self.journal.exists():
+            _step("journal", self.journal)
+            _atomic_write_bytes(b"", self.journal)
+            _fsync_dir(self.out.parent)
         meta = meta_dir(self.out)
-        if self.meta.exists() and meta.exists():
+        if self.meta.exists() and (meta.exists() or meta.is_symlink()):
             _step("retire-meta", meta)
             os.replace(meta, self.old_meta)
         if self.data.exists():
-            if self.out.exists():
+            if self.out.exists() or self.out.is_symlink():
                 _step("retire-data", self.out)
                 os.replace(self.out, self.old_data)
             _step("place-data", self.out)
@@ -165,24 +222,26 @@ class _Pending:
             os.replace(self.meta, meta)
         _fsync_dir(self.out.parent)
         self.discard_old()
+        self.journal.unlink(missing_ok=True)
 
     def discard_old(self) -> None:
         for old in (self.old_data, self.old_meta):
-            if old.exists():
+            if old.exists() or old.is_symlink():
                 _step("remove-old", old)
-                shutil.rmtree(old)
+                _remove(old)
 
     def discard(self) -> None:
+        """Remove an unfinished write (its commit never started)."""
         for tmp in (self.data, self.meta):
-            if tmp.exists():
-                shutil.rmtree(tmp)
+            _remove(tmp)
+        self.discard_old()
+
+
+_INFIXES = (".live", ".commit", ".tmp", f"{META_SUFFIX}.tmp", ".old", f"{META_SUFFIX}.old")
 
 
 def _pending_writes(out: Path) -> list[_Pending]:
-    prefixes = [
-        f".{out.name}{infix}-"
-        for infix in (".tmp", f"{META_SUFFIX}.tmp", ".old", f"{META_SUFFIX}.old")
-    ]
+    prefixes = [f".{out.name}{infix}-" for infix in _INFIXES]
     tokens = set()
     if out.parent.is_dir():
         for entry in out.parent.iterdir():
@@ -196,19 +255,26 @@ def _pending_writes(out: Path) -> list[_Pending]:
 def recover(out: str | os.PathLike[str]) -> None:
     """Finish or clean up the writes of ``out`` whose process died.
 
-    A write whose marker was complete is committed (its output was complete: only the moves
-    into place were cut short); one without a marker is discarded. Writes of live
-    processes, and of other machines, are left alone.
+    A write whose commit had started (its journal exists: the output was complete, only
+    its moves into place were cut short) is finished; any other is discarded, leaving the
+    previous output. Writes of live processes are left alone. Runs under the output's lock,
+    so concurrent readers and writers recover once, in turn.
     """
     out = Path(out)
-    for pending in _pending_writes(out):
-        if pending.owner_alive():
-            continue
-        if (pending.meta / MANIFEST).exists():
-            pending.commit()
-        else:
-            pending.discard()
-            pending.discard_old()
+    if not out.parent.is_dir() or not _pending_writes(out):
+        return
+    with _locked(_lock_path(out)):
+        for pending in _pending_writes(out):
+            if pending.owner_alive():
+                continue
+            try:
+                if pending.journal.exists():
+                    pending.commit()
+                else:
+                    pending.discard()
+                pending.live.unlink(missing_ok=True)
+            except PermissionError:  # a reader without write access: leave it as it is
+                return
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,8 +413,9 @@ def check_output(
                 raise InputError("the output must not be, contain or lie in an input", path=out)
     if not overwrite and (out.exists() or meta_dir(out).exists()):
         raise OutputExistsError(out)
-    if out.exists() and not out.is_dir():
-        raise InputError("the output exists and is not a folder", path=out)
+    for path in (out, meta_dir(out)):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise InputError("the output exists and is not a plain folder", path=path)
     return out
 
 
@@ -398,11 +465,17 @@ class DatasetWriter:
     _files: dict[str, dict[str, int]] = field(default_factory=dict)
     _rejected: list[pa.RecordBatch] = field(default_factory=list)
     _closed: bool = False
+    _committing: bool = False
 
     def __post_init__(self) -> None:
         self.out = check_output(self.out, self.overwrite, self.inputs)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = _Pending(self.out, f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        # Liveness: the lock on .OUT.live-T is held until this writer is done, so no other
+        # process takes this write for a dead one (PIDs are no proof across containers).
+        self._live = contextlib.ExitStack()
+        if not self._live.enter_context(_locked(self._tmp.live)):  # pragma: no cover
+            raise RuntimeError("a fresh write token is already locked")
         _step("create", self._tmp.data)
         self._tmp.data.mkdir()
         self._tmp.meta.mkdir()
@@ -495,19 +568,38 @@ class DatasetWriter:
             "files": self._files,
             "inputs": self.inputs,
             "options": self.options,
+            "write_id": self._tmp.token,
         }
         text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
         _fsync_dir(self._tmp.data)
         _atomic_write_bytes(text.encode("utf-8"), self._tmp.meta / MANIFEST)
-        self._tmp.commit()
-        self._closed = True
+        _fsync_dir(self._tmp.meta)
+        with _locked(_lock_path(self.out)):
+            self._committing = True
+            try:
+                self._tmp.commit()
+            except BaseException:
+                # Interrupted while moving (Ctrl-C, a signal): the new output is complete, so
+                # finish the moves rather than leave neither output in place.
+                with contextlib.suppress(Exception):
+                    self._tmp.commit()
+                raise
+            finally:
+                self._release()
         return json.loads(text)
 
+    def _release(self) -> None:
+        self._closed = True
+        self._live.close()
+        self._tmp.live.unlink(missing_ok=True)
+
     def abort(self) -> None:
-        """Discard everything written so far; the previous output stays."""
-        if not self._closed:
-            self._tmp.discard()
-            self._closed = True
+        """Discard everything written so far; the previous output stays. (Once the commit
+        has started, the new output is complete and stays; nothing is discarded.)"""
+        if self._closed or self._committing:
+            return
+        self._tmp.discard()
+        self._release()
 
     def __enter__(self) -> DatasetWriter:
         return self
@@ -610,6 +702,8 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
             pads.dataset(dataset_files(path), format="parquet"), batch_size, str(path)
         )
         src.path = path
+        if path.is_dir():
+            src.batches = _unchanged(path, src.batches)
         return src
     if isinstance(source, pads.Dataset):
         return _dataset_source(source, batch_size, "dataset")
@@ -645,6 +739,34 @@ def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
 
         return BatchSource(stream_batches, reader.schema, False, "stream")
     raise InputError(f"cannot read documents from a {type(source).__name__}")
+
+
+def _marker_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256((meta_dir(path) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _unchanged(
+    path: Path, batches: Callable[[list[str] | None], Iterator[pa.RecordBatch]]
+) -> Callable[[list[str] | None], Iterator[pa.RecordBatch]]:
+    """``batches``, checking before and after every pass that the dataset was not rewritten
+    since it was opened (a stage reading it twice must see one version)."""
+    digest = _marker_digest(path)
+
+    def check() -> None:
+        if _marker_digest(path) != digest:
+            raise InputError(
+                "the dataset was rewritten while it was being read; run again", path=path
+            )
+
+    def checked(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        check()
+        yield from batches(columns)
+        check()
+
+    return checked
 
 
 def _dataset_source(ds: pads.Dataset, batch_size: int, name: str) -> BatchSource:
