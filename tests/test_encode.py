@@ -5,14 +5,15 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from phisieve import InputError, normalize_word, read_terms
+from phisieve.detect import write_spans
 from phisieve.encode import ENCODED, encode, load_tokenizer, read_encoding
+from phisieve.schema import SPANS
 from tests import reference as ref
 
 
@@ -175,7 +176,159 @@ def test_bad_input_is_a_clear_error(minilm, tmp_path):
     assert "secret" not in str(e.value)
     with pytest.raises(InputError, match="tokenizer"):
         encode(docs, tmp_path / "o", tmp_path / "nothing")
-    with pytest.raises(InputError, match="encoded dataset"):
+    with pytest.raises(InputError, match="not a complete phisieve dataset"):
         read_encoding(tmp_path)
-    arr = np.zeros(1)
-    assert arr.size == 1
+    write_spans(pa.table({"doc_id": ["d"], "spans": pa.array([[]], SPANS)}), tmp_path / "sp")
+    with pytest.raises(InputError, match="not an encoded dataset"):
+        read_encoding(tmp_path / "sp")
+
+
+def test_no_sequence_without_a_word(minilm):
+    """A document that fills a sequence exactly leaves its [SEP] out (the sequence's own end
+    closes it) instead of opening a [CLS] [SEP] row; word-less pieces (punctuation only)
+    make no sequence of their own and are counted as dropped tokens."""
+    from phisieve.encode import encode_batches
+
+    eta, delta, bang, cls, sep = 27859, 7160, 999, 101, 102
+    docs = pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(7)],
+            "patient_id": ["a", "a", "b", "c", "d", "d", "e"],
+            "text": [
+                "eta " * 14,  # exactly the 14 tokens a sequence of 16 holds
+                "delta",
+                "eta " * 14,
+                "!!! ???",  # no word at all
+                "!!!",
+                "delta",
+                "eta " * 13 + "!!!",  # its tail beyond the first sequence has no word
+            ],
+        }
+    )
+    stats: dict[str, int] = {}
+    out = pa.Table.from_batches(
+        list(encode_batches(docs, load_tokenizer(minilm), max_len=16, stats=stats))
+    )
+    assert out["input_ids"].to_pylist() == [
+        [cls, *[eta] * 14, sep],
+        [cls, delta, sep],
+        [cls, *[eta] * 14, sep],
+        [cls, bang, bang, bang, sep, delta, sep],
+        [cls, *[eta] * 13, bang, sep],
+    ]
+    assert out["patient_id"].to_pylist() == ["a", "a", "b", "d", "e"]
+    assert out["doc_ids"].to_pylist() == [["d0"], ["d1"], ["d2"], ["d4", "d5"], ["d6"]]
+    assert out["word_ids"].to_pylist()[3] == [-1, -1, -1, -1, -1, 0, -1]
+    assert stats["documents"] == 7 and stats["sequences"] == 5
+    assert stats["dropped_tokens"] == 7 + 3  # "!!! ???" and its [SEP]; "!!" and [SEP]
+    assert stats["tokens"] == 16 + 3 + 16 + 7 + 16
+
+
+def test_tokenizer_read_without_transformers_matches_transformers(minilm, bpe_tokenizer):
+    """encode reads a tokenizer folder or file with the tokenizers library alone; what it
+    reads is what transformers reads."""
+    from phisieve.encode.stage import SpecialTokens, _open_tokenizer
+
+    text = "Pt seen 12/03/2091 by Dr. Smith-Jones; BP 120/80 -- résumé naïve."
+    for path in (minilm, minilm / "tokenizer.json", bpe_tokenizer):
+        light, full = _open_tokenizer(path), load_tokenizer(path)
+        assert type(light).__name__ == "_LightTokenizer"
+        assert SpecialTokens.of(light) == SpecialTokens.of(full)
+        assert light.name_or_path == full.name_or_path
+        a = copy.deepcopy(light.backend_tokenizer)
+        b = copy.deepcopy(full.backend_tokenizer)
+        for t in (a, b):
+            t.no_truncation()
+            t.no_padding()
+        ea, eb = (t.encode(text, add_special_tokens=False) for t in (a, b))
+        assert ea.ids == eb.ids and ea.offsets == eb.offsets
+
+
+def test_stages_never_import_torch(minilm, tmp_path):
+    """ingest, detect (rules, lists), index --spans and encode run without importing torch
+    (transformers imports it: ~800 MB before the first document)."""
+    import subprocess
+    import sys
+
+    pq.write_table(
+        pa.table(
+            {
+                "doc_id": ["d0", "d1", "d2"],
+                "patient_id": ["a", "a", "b"],
+                "text": [
+                    "Seen by Dr. Smith on 12/03/2091.",
+                    "Smith called back; BP stable.",
+                    "John Doe, MRN 1234567.",
+                ],
+            }
+        ),
+        tmp_path / "in.parquet",
+    )
+    t = str(tmp_path)
+    script = f"""
+import sys
+from phisieve.cli import main
+for argv in (
+    ["ingest", "{t}/in.parquet", "-o", "{t}/docs", "--format", "parquet", "-q"],
+    ["detect", "{t}/docs", "-o", "{t}/spans", "-q"],
+    ["index", "{t}/docs", "-o", "{t}/terms", "--spans", "{t}/spans", "-q"],
+    ["encode", "{t}/docs", "-o", "{t}/enc", "--tokenizer", "{minilm}", "--terms", "{t}/terms",
+     "--spans", "{t}/spans", "--max-len", "32", "-q"],
+):
+    try:
+        main(argv)
+    except SystemExit as e:
+        assert not e.code, (argv[0], e.code)
+    heavy = [m for m in ("torch", "transformers") if m in sys.modules]
+    assert not heavy, (argv[0], heavy)
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+    assert (tmp_path / "enc").is_dir()
+
+
+def test_long_notes_are_tokenised_by_pieces_with_the_same_tokens(
+    physionet_docs, minilm, bpe_tokenizer, monkeypatch
+):
+    """The model tokenizer gets a bounded number of characters at a time, a long note cut
+    before spaces (a 3M-character note took ~1 GB as one call and its Python results), and
+    the tokens, ids and offsets are those of the whole text."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordLevel
+
+    from phisieve.encode import stage
+
+    texts = read(physionet_docs)["text"].to_pylist()[:40]
+    texts += ["  lead  and\n\ntrail  ", "", "x", "a" * 300 + " b", "été 中文 text   end "]
+    texts.append(" ".join(texts))  # one long note
+    monkeypatch.setattr(stage, "PIECE_CHARS", 97)
+    for path in (minilm, bpe_tokenizer):
+        backend = copy.deepcopy(stage._open_tokenizer(path).backend_tokenizer)
+        backend.no_truncation()
+        backend.no_padding()
+        assert stage._splittable(backend)
+        calls: list[int] = []
+
+        class Spy:
+            def __init__(self, inner, calls: list[int]) -> None:
+                self.inner, self.calls = inner, calls
+
+            def encode_batch(self, batch, **kwargs):
+                self.calls.append(sum(len(t) for t in batch))
+                return self.inner.encode_batch(batch, **kwargs)
+
+        ids, offsets, counts = stage._encode_texts(Spy(backend, calls), texts, True)
+        whole = backend.encode_batch(texts, add_special_tokens=False)
+        assert ids.tolist() == [i for e in whole for i in e.ids]
+        assert offsets.tolist() == [list(o) for e in whole for o in e.offsets]
+        assert counts.tolist() == [len(e.ids) for e in whole]
+        assert len(calls) > 100 and max(calls) <= 97 + 300 + 97  # a piece, a long word
+    unsafe = Tokenizer(WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    unsafe.pre_tokenizer = pre_tokenizers.Whitespace()
+    assert stage._splittable(unsafe)
+    unsafe.normalizer = normalizers.Strip()  # strips each piece: not the whole text's tokens
+    assert not stage._splittable(unsafe)
+    unsafe.normalizer = None
+    unsafe.pre_tokenizer = pre_tokenizers.Metaspace(split=False)
+    assert not stage._splittable(unsafe)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import phisieve
 from phisieve import term_index
 from phisieve.cli import main
-from phisieve.dataset import parquet_files
+from phisieve.dataset import parquet_files, side_file
 
 from . import reference
 
@@ -309,9 +309,10 @@ def test_cli_index_writes_terms_blacklist_and_stats(
     assert "1,450 documents" in printed and "82 patients" in printed
     terms = phisieve.read_terms(out)
     assert terms.equals(phisieve.index(physionet_docs, ngram=2))
-    blacklist = (out / "blacklist.txt").read_text(encoding="utf-8").splitlines()
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet"]
+    blacklist = side_file(out, "blacklist.txt").read_text(encoding="utf-8").splitlines()
     assert blacklist == terms.filter(pc.field("indirect")).column("term").to_pylist()
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads(side_file(out, "stats.json").read_text())
     assert stats["patients"] == 82 and stats["documents"] == 1450
     assert 0.0 < stats["protected_share"]["minimal"] < stats["protected_share"]["all"] < 1.0
     assert set(stats["per_n"]) == {"1", "2"}
@@ -351,3 +352,38 @@ def test_ungrouped_pyarrow_dataset_object(tmp_path: Path) -> None:
     got = phisieve.index(pads.dataset(path), report=report)
     assert report.sorted_input
     assert as_dict(got) == reference.index(docs)
+
+
+def test_budget_is_checked_piece_by_piece(tmp_path: Path, monkeypatch) -> None:
+    """Under a memory budget the index takes its text by small pieces and checks the budget
+    after each: a pass is given up as soon as it is over, so the index never holds much more
+    than the budget (it once checked only after whole batches of 16,384 rows, so that a
+    corpus read in one batch was counted whole before the first check)."""
+    docs = tmp_path / "docs"
+    phisieve.synth(docs, patients=200, seed=4)
+    whole = term_index.IndexReport()
+    base = phisieve.index(docs, ngram=2, report=whole)
+    budget = whole.peak_index_bytes // 4
+    fed: list[int] = []
+    real = term_index._core.IndexBuilder
+
+    class Spy:
+        def __init__(self, **kwargs) -> None:
+            self.inner = real(**kwargs)
+
+        def add(self, patient_ids: pa.Array, texts: pa.Array) -> None:
+            fed.append(pc.sum(pc.binary_length(texts)).as_py())
+            self.inner.add(patient_ids, texts)
+
+        def __getattr__(self, name: str):
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(term_index._core, "IndexBuilder", Spy)
+    report = term_index.IndexReport()
+    got = phisieve.index(docs, ngram=2, memory_budget=budget, report=report)
+    assert got.equals(base)
+    assert report.partitions > 1
+    assert len(fed) > 4 * report.passes  # pieces, not one batch per pass
+    assert max(fed) <= budget // term_index.READ_SHARE
+    assert whole.peak_index_bytes > 3 * budget  # what one unchecked batch would hold
+    assert report.peak_index_bytes <= 1.25 * budget

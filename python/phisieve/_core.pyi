@@ -21,6 +21,9 @@ class IndexBuilder:
         Count only the terms whose hash is ``residue`` modulo ``modulus``.
     threads
         Worker threads; 0 uses all cores.
+    hold
+        Keep freed memory while the index lives (faster: batch after batch reuses it);
+        False gives it back to the OS as usual (a lower peak, under a memory budget).
     """
 
     def __init__(
@@ -31,11 +34,16 @@ class IndexBuilder:
         modulus: int = 1,
         residue: int = 0,
         threads: int = 0,
+        hold: bool = True,
     ) -> None: ...
     def add(self, patient_ids: Any, texts: Any) -> None:
         """Add one batch: Arrow string arrays, ``patient_ids[i]`` wrote ``texts[i]``."""
     def memory_bytes(self) -> int:
         """Approximate bytes the index holds."""
+    def peak_bytes(self) -> int:
+        """Approximate bytes at the index's peak: what it holds plus what ``finish`` adds."""
+    def fixed_bytes(self) -> int:
+        """The part of ``peak_bytes`` every partition pass holds whole (the vocabularies)."""
     def totals(self) -> dict[str, int]:
         """``documents``, ``tokens`` and ``patients`` seen so far."""
     def patient_ids(self) -> list[str]:

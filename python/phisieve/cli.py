@@ -143,7 +143,13 @@ def index(
         str, typer.Option(help="nfkc_lower, nfkc, nfc_lower, nfc, lower, none.")
     ] = "nfkc_lower",
     memory_budget: Annotated[
-        str | None, typer.Option(help="e.g. 2GB: split terms into passes to stay under it.")
+        str | None,
+        typer.Option(
+            help="e.g. 2GB: the memory the counting may take (term tables, vocabulary, "
+            "finishing a pass, text read at a time); terms are split into passes to stay "
+            "under it. Python and its libraries (~150 MB), the Parquet reader (~30 MB) and "
+            "the terms table written come on top."
+        ),
     ] = None,
     threads: Annotated[int, typer.Option(help="Worker threads (0: all cores).")] = 0,
     patient_col: Annotated[str, typer.Option(help="Patient id column.")] = "patient_id",

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _core
-from .dataset import BatchSource, DatasetWriter, open_source, parquet_files, require_columns
+from .dataset import (
+    BatchSource,
+    DatasetWriter,
+    check_inputs,
+    check_output,
+    dataset_files,
+    open_source,
+    require_columns,
+)
 from .encode.protection import (
     DEFAULT_MIN_SHARE,
     DEFAULT_SCOPE,
@@ -38,6 +46,10 @@ from .progress import progress_bar
 
 MAX_PARTITIONS = 4096
 """The most hash partitions a memory budget may split the terms into."""
+
+MIN_TERM_SHARE = 4
+"""A budget is refused when the vocabulary (which every partition pass holds) would leave
+less than 1/MIN_TERM_SHARE of it to the terms: splitting would take too many passes."""
 
 HEAPS_EXPONENT = 0.7
 """How distinct terms grow with text, to guess how far an overflowing pass must be split."""
@@ -126,11 +138,75 @@ def _sorted_copy(src: BatchSource, cols: list[str], tmp: Path) -> BatchSource:
         table = table.set_column(0, patient_col, _string(table.column(0)))
         pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
     else:
-        lf = pl.scan_parquet(parquet_files(src.path)).select(
+        lf = pl.scan_parquet(dataset_files(src.path)).select(
             pl.col(patient_col).cast(pl.String), *(pl.col(c) for c in cols[1:])
         )
         lf.sort(patient_col, maintain_order=True).sink_parquet(out)
     return open_source(out)
+
+
+READ_SHARE = 16
+"""Under a memory budget, the text fed to the index at a time is at most this share of it."""
+
+STEP_SHARE = 8
+"""Under a memory budget, a piece of text should grow the index by at most this share of it
+(pieces are sized from the growth per byte of text seen so far)."""
+
+FIRST_GROWTH = 64
+"""Bytes of index per byte of text assumed (per n-gram length) before any has been seen:
+every word new, a term costing ~200 bytes counted and finished, ~6 bytes of text a word."""
+
+ROW_BYTES = 8192
+"""Under a memory budget, the bytes a row read is assumed to cost when choosing how many rows
+to read at a time (:func:`_read_rows`): ~2 kB of note text, and the Parquet reader's buffers
+take several times the text they decode."""
+
+MIN_PIECE = 1 << 14
+"""The least text (bytes) fed to the index at a time, however small the budget."""
+
+
+def _read_rows(budget: int | None, batch_size: int) -> int:
+    """Rows per batch read from a Parquet dataset: ``batch_size``, or under a budget about
+    ``budget / READ_SHARE`` bytes at :data:`ROW_BYTES` a row (64 to ``batch_size``)."""
+    if budget is None:
+        return batch_size
+    return int(min(max(budget // (READ_SHARE * ROW_BYTES), 64), batch_size))
+
+
+def _lean_source(src: BatchSource, rows: int) -> BatchSource:
+    """``src`` read from disk in batches of ``rows`` rows, file by file, without read-ahead
+    or pre-buffering (a dataset scan decodes whole row groups ahead: a 50 MB corpus in one
+    row group costs 150 MB before the first batch). Sources already in memory are kept."""
+    if src.path is None:
+        return src
+    files = dataset_files(src.path)
+
+    def batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        for f in files:
+            with pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False) as pf:
+                yield from pf.iter_batches(batch_size=rows, columns=columns, use_threads=False)
+
+    return BatchSource(batches, src.schema, True, src.name, src.num_rows, src.path)
+
+
+def _pieces(
+    batch: pa.RecordBatch, text: int, max_bytes: Callable[[], int | None]
+) -> Iterator[pa.RecordBatch]:
+    """``batch`` cut into runs of rows of at most ``max_bytes()`` of text each (a longer row
+    alone; the limit is asked again before every run); whole when it is None."""
+    limit = max_bytes()
+    if limit is None or batch.num_rows <= 1:
+        yield batch
+        return
+    sizes = pc.fill_null(pc.binary_length(batch.column(text)), 0)
+    cum = np.cumsum(sizes.to_numpy(zero_copy_only=False), dtype=np.int64)
+    start = 0
+    while start < batch.num_rows:
+        base = int(cum[start - 1]) if start else 0
+        end = max(int(np.searchsorted(cum, base + limit, side="right")), start + 1)
+        yield batch.slice(start, end - start)
+        start = end
+        limit = max_bytes() or limit
 
 
 def _run_pass(
@@ -142,25 +218,53 @@ def _run_pass(
     label: str,
     show: bool,
     each: Callable[[pa.RecordBatch], None] | None = None,
-) -> float:
+    ngram: int = 1,
+) -> tuple[float, float]:
     """Feed every batch to ``builder`` (and to ``each``, when given). Returns 1.0 when done,
-    or, when it outgrew ``budget``, the estimated ratio of the whole pass's memory to the
-    budget."""
+    or, when it outgrew ``budget``, by how much the budget must be split: the estimated ratio
+    of the whole pass's terms to the room the vocabulary leaves them; and the vocabulary's
+    estimated bytes over the whole pass (every partition holds it whole).
+
+    Under a budget the text goes in by pieces sized to grow the index by about
+    ``budget / STEP_SHARE`` each (from the growth per byte of text seen so far; at most
+    ``budget / READ_SHARE`` bytes of text), and the budget is checked after each piece
+    against what the pass will hold at its peak: the index's tables and vocabulary and what
+    finishing them adds (:meth:`phisieve._core.IndexBuilder.peak_bytes`)."""
     rows = 0
+    growth = float(FIRST_GROWTH * ngram)
+
+    def piece_bytes() -> int | None:
+        if budget is None:
+            return None
+        return int(min(max(budget / STEP_SHARE / growth, MIN_PIECE), budget / READ_SHARE))
+
     with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
         for batch in src.batches(cols):
-            builder.add(_string(batch.column(0)), _string(batch.column(1)))
-            if each is not None:
-                each(batch)
-            advance(batch.num_rows)
-            rows += batch.num_rows
-            used = builder.memory_bytes()
-            report.peak_index_bytes = max(report.peak_index_bytes, used)
-            if budget is not None and used > budget:
-                # Distinct terms grow sublinearly with text (Heaps' law, exponent ~0.7).
-                share = rows / src.num_rows if src.num_rows else 1.0
-                return min(max(used / budget * share**-HEAPS_EXPONENT, 2.0), 8.0)
-    return 1.0
+            for piece in _pieces(batch, 1, piece_bytes):
+                before = builder.peak_bytes()
+                texts = _string(piece.column(1))
+                builder.add(_string(piece.column(0)), texts)
+                if each is not None:
+                    each(piece)
+                advance(piece.num_rows)
+                rows += piece.num_rows
+                used = builder.peak_bytes()
+                if budget is not None:
+                    # The index's growth per byte of text: the last piece's, falling at most
+                    # by half a piece (a piece of repeated words says little of the next).
+                    size = int(pc.sum(pc.binary_length(texts)).as_py() or 0)
+                    if size:
+                        growth = max((used - before) / size, growth / 2, 1.0)
+                report.peak_index_bytes = max(report.peak_index_bytes, used)
+                if budget is not None and used > budget:
+                    # Distinct terms and words grow sublinearly with text (Heaps' law,
+                    # exponent ~0.7): extrapolate both to the whole pass.
+                    share = rows / src.num_rows if src.num_rows else 1.0
+                    grow = share**-HEAPS_EXPONENT
+                    fixed = builder.fixed_bytes() * grow
+                    room = max(budget - fixed, 1.0)
+                    return min(max((used * grow - fixed) / room, 2.0), 8.0), fixed
+    return 1.0, 0.0
 
 
 def index(
@@ -198,9 +302,16 @@ def index(
     patient_col, text_col
         Column names of the patient id and the note text.
     memory_budget
-        Bytes (or a size such as ``"2GB"``) the index may hold. Past it, the terms are split
+        Bytes (or a size such as ``"2GB"``) the counting may take: the index's term tables
+        and vocabulary, what finishing a pass adds to them (sort order, output batches) and
+        the text read at a time (a sixteenth of the budget). Past it, the terms are split
         into hash partitions counted in separate passes over the input (which must then be a
-        dataset or table, not a one-shot stream). ``None``: one pass.
+        dataset or table, not a one-shot stream); the budget is checked after every piece of
+        text, and a Parquet input is read without read-ahead. Not counted: the interpreter
+        and its libraries (~150 MB), the Parquet reader's own buffers (~30 MB), the returned
+        ``terms`` table, which holds every term, and what is computed from it afterwards
+        (``write_index``'s statistics). ``None``: one pass, read in ``batch_size`` rows,
+        freed memory kept for reuse (faster).
     threads
         Worker threads (0: all cores). Results do not depend on it.
     batch_size
@@ -250,13 +361,20 @@ def index(
         span_words.add(*columns, normalize)
 
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
+        # Parquet is read without read-ahead (the dataset scanner decodes whole row groups
+        # ahead: 150 MB for a 50 MB corpus), in small batches under a budget.
+        rows = _read_rows(budget, batch_size)
+        src = _lean_source(src, rows)
         if src.reiterable and not is_grouped(src, patient_col):
             src = _sorted_copy(src, cols, Path(tmp))
             report.sorted_input = True
+            src = _lean_source(src, rows)
         pending = [(1, 0)]
         parts: list[pa.Table] = []
+        builder: _core.IndexBuilder | None = None
         while pending:
             modulus, residue = pending.pop(0)
+            builder = None  # the last pass's index goes before the next one grows
             builder = _core.IndexBuilder(
                 ngram=ngram,
                 k=k,
@@ -264,6 +382,7 @@ def index(
                 modulus=modulus,
                 residue=residue,
                 threads=threads,
+                hold=budget is None,
             )
             label = "indexing" if modulus == 1 else f"indexing {residue + 1}/{modulus}"
             report.passes += 1
@@ -272,7 +391,9 @@ def index(
                 span_words = SpanWords(doc_spans)  # a pass cut short leaves part of them
                 each = collect
             try:
-                overflow = _run_pass(src, cols, builder, budget, report, label, progress, each)
+                overflow, fixed = _run_pass(
+                    src, cols, builder, budget, report, label, progress, each, ngram
+                )
             except NotGroupedError:
                 raise NotGroupedError(
                     "documents are not grouped by patient and a one-shot stream cannot be "
@@ -284,6 +405,14 @@ def index(
                     raise MemoryBudgetExceeded(
                         "the index outgrew the memory budget and a one-shot stream cannot be "
                         "read again: pass a table or a dataset path instead"
+                    )
+                assert budget is not None
+                if fixed > budget * (1 - 1 / MIN_TERM_SHARE):
+                    # Partitions split the terms, not the vocabulary every pass holds.
+                    raise MemoryBudgetExceeded(
+                        f"the word vocabulary alone, which every pass holds, needs about "
+                        f"{fixed / 1e6:.0f} MB of the {budget / 1e6:.0f} MB budget: give at "
+                        f"least {fixed * MIN_TERM_SHARE / (MIN_TERM_SHARE - 1) / 1e6:.0f} MB"
                     )
                 # Split this partition in as many (a power of two) as the memory it would
                 # need, extrapolated from how far the pass got, calls for.
@@ -413,6 +542,12 @@ def marker(terms: pa.Table, normalize: str = "nfkc_lower") -> _core.Marker:
     return _core.Marker(_string(indirect.column("term")), normalize=normalize)
 
 
+def _numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return values.to_numpy(zero_copy_only=False)
+
+
 def _quantiles(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {}
@@ -442,35 +577,43 @@ def term_stats(
     tokens
         Word occurrences of the corpus (defaults to the unigram counts' sum).
     """
-    df = pl.from_arrow(terms)
-    all_patients = pl.DataFrame({"patient": list(patient_ids)}, schema={"patient": pl.String})
+    # Numbers and masks over the table's columns as they are (no copy of the table): in
+    # polars, the join and group-bys took ~7 times the table's size at the peak.
+    patients = pa.array(list(patient_ids), pa.string())
+    ns = _numpy(terms.column("n")).astype(np.int64)
+    count = _numpy(terms.column("count")).astype(np.int64)
+    indirect = _numpy(terms.column("indirect")).astype(bool)
+    # Every indirect term's patient ids, as the patient's slot and the term's row.
+    ids = terms.column("patient_ids")
+    rows = _numpy(pc.list_parent_indices(ids))
+    slots = pc.index_in(pc.list_flatten(ids), value_set=patients)
+    known = _numpy(pc.is_valid(slots)).astype(bool) & indirect[rows]
+    slot_of = _numpy(pc.fill_null(slots, 0))[known]
+    n_of = ns[rows[known]]
+    del rows, slots, known
     per_n: dict[str, Any] = {}
-    for (n,), part in df.group_by("n", maintain_order=True):
-        distinct = part.height
-        indirect = part.filter(pl.col("indirect"))
-        occ = int(part["count"].sum())
-        occ_ind = int(indirect["count"].sum()) if indirect.height else 0
-        owners = (
-            indirect.select(pl.col("patient_ids").alias("patient"))
-            .explode("patient")
-            .group_by("patient")
-            .len()
-        )
-        counts = all_patients.join(owners, on="patient", how="left").fill_null(0)["len"]
+    for n in np.unique(ns).tolist():
+        mine = ns == n
+        distinct = int(mine.sum())
+        n_indirect = int((mine & indirect).sum())
+        occ = int(count[mine].sum())
+        occ_ind = int(count[mine & indirect].sum())
+        counts = np.bincount(slot_of[n_of == n], minlength=len(patients)).astype(float)
         per_n[str(n)] = {
             "distinct_terms": distinct,
-            "indirect_terms": indirect.height,
-            "share_distinct_indirect": indirect.height / distinct if distinct else 0.0,
+            "indirect_terms": n_indirect,
+            "share_distinct_indirect": n_indirect / distinct if distinct else 0.0,
             "occurrences": occ,
             "indirect_occurrences": occ_ind,
             "share_occurrences_indirect": occ_ind / occ if occ else 0.0,
-            "identifiers_per_patient": _quantiles(counts.to_numpy().astype(float)),
+            "identifiers_per_patient": _quantiles(counts),
         }
-    unigrams = df.filter(pl.col("n") == 1)
+    if tokens is None:
+        tokens = int(count[ns == 1].sum())
     return {
         "k": k,
-        "patients": all_patients.height,
-        "tokens": int(tokens if tokens is not None else unigrams["count"].sum()),
+        "patients": len(patients),
+        "tokens": int(tokens),
         "per_n": dict(sorted(per_n.items())),
     }
 
@@ -483,25 +626,33 @@ def protected_share(
     text_col: str = "text",
     batch_size: int = 16_384,
     progress: bool = False,
+    memory_budget: int | str | None = None,
 ) -> dict[str, float | int]:
     """Share of word occurrences each n-gram policy protects.
 
     ``all`` protects every word of every indirect n-gram; ``minimal`` only the last word of
     minimal indirect n-grams (no indirect sub-gram). With unigrams both equal the share of
-    indirect word occurrences.
+    indirect word occurrences. Under ``memory_budget`` the text is read and marked by
+    pieces, as the index reads it.
     """
+    budget = parse_size(memory_budget)
     m = marker(terms, normalize)
     src = open_source(source, batch_size=batch_size)
     require_columns(src.schema, [text_col], src.name)
+    piece_bytes = None
+    if budget is not None:
+        src = _lean_source(src, _read_rows(budget, batch_size))
+        piece_bytes = max(budget // READ_SHARE, MIN_PIECE)
     words = prot_all = prot_min = 0
     with progress_bar(
         "protected share", total=src.num_rows, unit="docs", enabled=progress
     ) as advance:
         for batch in src.batches([text_col]):
-            c = m.counts(_string(batch.column(0)))
-            words += c["words"]
-            prot_all += c["all"]
-            prot_min += c["minimal"]
+            for piece in _pieces(batch, 0, lambda: piece_bytes):
+                c = m.counts(_string(piece.column(0)))
+                words += c["words"]
+                prot_all += c["all"]
+                prot_min += c["minimal"]
             advance(batch.num_rows)
     return {
         "words": words,
@@ -527,9 +678,17 @@ def write_index(
     spans: str | Path | None = None,
     direct_scope: str = DEFAULT_SCOPE,
     min_share: float = DEFAULT_MIN_SHARE,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Index ``source`` and write ``out/``: the ``terms`` dataset, ``blacklist.txt`` (the
-    indirect terms, one per line) and ``stats.json``. Returns the statistics."""
+    """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
+    ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
+    ``out.meta/`` (:func:`phisieve.dataset.side_file`). Returns the statistics.
+
+    The inputs and the output are checked before the work starts; an existing ``out`` is
+    replaced (atomically, side files included) only with ``overwrite``.
+    """
+    inputs = check_inputs(docs=source, spans=spans)
+    check_output(out, overwrite, inputs)
     report = IndexReport()
     terms = index(
         source,
@@ -566,14 +725,23 @@ def write_index(
             text_col=text_col,
             batch_size=batch_size,
             progress=progress,
+            memory_budget=memory_budget,
         )
-    out = Path(out)
-    writer = DatasetWriter(out, terms.schema, rows_per_part=1_000_000)
-    writer.write(terms)
-    writer.close(**terms_options(terms))
-    indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
-    (out / "blacklist.txt").write_text("".join(t + "\n" for t in indirect), encoding="utf-8")
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    options = terms_options(terms)
+    with DatasetWriter(
+        Path(out),
+        terms.schema,
+        stage="index",
+        inputs=inputs,
+        options={**options, "memory_budget": memory_budget, "batch_size": batch_size},
+        overwrite=overwrite,
+        rows_per_part=1_000_000,
+    ) as writer:
+        writer.write(terms)
+        indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
+        writer.write_side("blacklist.txt", "".join(t + "\n" for t in indirect))
+        writer.write_side("stats.json", json.dumps(stats, indent=2))
+        writer.close(**options)
     return stats
 
 
@@ -582,4 +750,4 @@ def read_terms(path: str | Path) -> pa.Table:
     path = Path(path)
     if not path.exists():
         raise InputError("no such terms folder", path=path)
-    return pa.concat_tables([pq.read_table(f) for f in parquet_files(path)])
+    return pa.concat_tables([pq.read_table(f) for f in dataset_files(path)])

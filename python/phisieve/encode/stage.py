@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _core
-from ..dataset import MANIFEST, DatasetWriter, open_source, require_columns
+from ..dataset import (
+    DatasetWriter,
+    check_inputs,
+    check_output,
+    open_source,
+    read_manifest,
+    require_columns,
+)
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..progress import progress_bar
 from ..term_index import _string, read_terms, terms_options
@@ -54,7 +60,6 @@ ENCODED = pa.schema(
 ``word_ids`` number the words of a sequence 0, 1, 2...; -1 marks tokens outside any word
 (special tokens, punctuation)."""
 
-ENCODING = "_encoding.json"
 """Name of the file, beside the parts, that records how a dataset was encoded."""
 
 
@@ -79,6 +84,86 @@ def load_tokenizer(path: str | Path) -> Any:
             f"the tokenizer at {path} is not a fast tokenizer; encode needs character offsets"
         )
     return tok
+
+
+_BERT = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
+_ROBERTA = {"cls": "<s>", "sep": "</s>", "eos": "</s>", "pad": "<pad>", "mask": "<mask>"}
+_CLASS_DEFAULTS: dict[str, dict[str, str]] = {
+    "PreTrainedTokenizerFast": {},
+    "TokenizersBackend": {},
+    **{f"{n}Tokenizer{f}": _BERT for n in ("Bert", "DistilBert", "Electra") for f in ("", "Fast")},
+    **{f"GPT2Tokenizer{f}": {"eos": "<|endoftext|>"} for f in ("", "Fast")},
+    **{f"RobertaTokenizer{f}": _ROBERTA for f in ("", "Fast")},
+}
+"""The special tokens that transformers' tokenizer classes assume when their files name none
+(only the classes :func:`_light_tokenizer` knows; for others it defers to transformers)."""
+
+
+@dataclass
+class _LightTokenizer:
+    """The parts of a fast tokenizer that encoding needs, read with the ``tokenizers`` library
+    alone: importing transformers imports torch (~800 MB), which tokenising never uses."""
+
+    backend_tokenizer: Any
+    name_or_path: str
+    cls_token_id: int | None = None
+    sep_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    mask_token_id: int | None = None
+    is_fast: bool = True
+
+    def __len__(self) -> int:
+        return int(self.backend_tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+def _light_tokenizer(path: str | Path) -> _LightTokenizer | None:
+    """The tokenizer at ``path`` without transformers, or ``None`` when its files need
+    transformers to be read as transformers would (no ``tokenizer.json``, an unknown class).
+    Special tokens are resolved as transformers does: the class defaults, then
+    ``tokenizer_config.json``, then ``special_tokens_map.json``."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    file = path if path.is_file() else path / "tokenizer.json"
+    if not file.is_file():
+        return None
+    backend = Tokenizer.from_file(str(file))
+    names: dict[str, Any] = {}
+    config = path / "tokenizer_config.json"
+    conf = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    defaults = _CLASS_DEFAULTS.get(conf.get("tokenizer_class") or "PreTrainedTokenizerFast")
+    if defaults is None:
+        return None
+    names.update(defaults)
+    if backend.padding:  # the padding token that tokenizer.json configures
+        names["pad"] = backend.padding.get("pad_token")
+    smap = path / "special_tokens_map.json"
+    given = json.loads(smap.read_text(encoding="utf-8")) if smap.is_file() else {}
+    for source in (conf, given):
+        for role in ("cls", "sep", "eos", "pad", "mask"):
+            if f"{role}_token" in source:
+                names[role] = source[f"{role}_token"]
+    ids: dict[str, int | None] = {}
+    for role, name in names.items():
+        if isinstance(name, dict):
+            name = name.get("content")
+        if name is not None and backend.token_to_id(str(name)) is None:
+            return None  # transformers would add the token to the vocabulary
+        ids[f"{role}_token_id"] = None if name is None else backend.token_to_id(str(name))
+    # transformers' PreTrainedTokenizerFast(tokenizer_file=...) has no name.
+    return _LightTokenizer(backend, "" if path.is_file() else str(path), **ids)
+
+
+def _open_tokenizer(path: str | Path) -> Any:
+    """The tokenizer at ``path`` for encoding: read without transformers where possible."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such tokenizer file or folder", path=path)
+    light = _light_tokenizer(path)
+    return light if light is not None else load_tokenizer(path)
 
 
 @dataclass
@@ -112,6 +197,7 @@ class _Sequence:
     doc_ids: list[str] = field(default_factory=list)
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
     length: int = 0
+    has_word: bool = False
 
 
 class _Packer:
@@ -126,10 +212,17 @@ class _Packer:
         self.done: list[_Sequence] = []
         self.patient: str | None = None
         self.next_word = 0
+        self.dropped_tokens = 0
+        """Tokens left out because the sequence they would have formed holds no word."""
 
     def _emit(self) -> None:
+        # A sequence without a word (only separators or punctuation) would be a training
+        # row with nothing to learn or mask: it is left out, and its tokens counted.
         if self.current is not None and self.current.length > 0:
-            self.done.append(self.current)
+            if self.current.has_word:
+                self.done.append(self.current)
+            else:
+                self.dropped_tokens += self.current.length
         self.current = None
 
     def add(
@@ -151,6 +244,7 @@ class _Packer:
         n_words = int(words.max(initial=-1)) + 1
         words = np.where(words >= 0, words + self.next_word, -1)
         self.next_word += n_words
+        n_tokens = len(ids)
         if self.special.doc_end is not None:
             ids = np.append(ids, self.special.doc_end)
             words = np.append(words, -1)
@@ -172,10 +266,16 @@ class _Packer:
             if end > start:
                 part = (ids[start:end], words[start:end], direct[start:end], indirect[start:end])
                 self.current.parts.append(part)
+                self.current.has_word = self.current.has_word or bool((part[1] >= 0).any())
                 if not self.current.doc_ids or self.current.doc_ids[-1] != doc_id:
                     self.current.doc_ids.append(doc_id)
                 self.current.length += end - start
                 start = end
+            if start >= n_tokens:
+                # Only the separator is left and the sequence is full: the end of the
+                # sequence ends the document (the separator would otherwise open a sequence
+                # of its own, [CLS] [SEP], or one that starts with [SEP]).
+                break
             if start < len(ids):
                 self._emit()
 
@@ -238,12 +338,98 @@ def _flat(list_array: pa.Array) -> np.ndarray:
     return list_array.flatten().to_numpy(zero_copy_only=False)
 
 
-def _token_offsets(offsets: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
-    """The model tokens' (start, end) offsets of a batch as one (tokens x 2) array, and the
-    token count of each document."""
-    tok_counts = np.fromiter((len(o) for o in offsets), np.int64, len(offsets))
-    flat = np.array([se for o in offsets for se in o], dtype=np.int64).reshape(-1, 2)
-    return flat, tok_counts
+PIECE_CHARS = 1 << 17
+"""Characters handed to the model tokenizer at a time (several documents, or a piece of a long
+one): the tokenizer holds ~160 bytes per character while it works, and its results as Python
+objects until they are converted."""
+
+_SAFE_NORMALIZERS = {"BertNormalizer", "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"}
+_SAFE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation"}
+
+
+def _splittable(backend: Any) -> bool:
+    """Whether a text cut before a space that follows a non-space, each piece tokenised
+    alone, gives the tokens of the whole: the normaliser works character by character and
+    the pre-tokenizer always splits there (BERT's, whitespace, byte-level with its regex,
+    metaspace with splitting), and no added token holds a space."""
+    import json
+
+    spec = json.loads(backend.to_str())
+
+    def safe(node: dict[str, Any] | None, names: set[str], key: str) -> bool:
+        if node is None:
+            return True
+        kind = node.get("type")
+        if kind == "Sequence":
+            return all(safe(n, names, key) for n in node.get(key, []))
+        if kind == "ByteLevel":
+            return bool(node.get("use_regex", True))
+        if kind == "Metaspace":
+            return bool(node.get("split", True))
+        if kind == "Digits":
+            return True
+        return kind in names
+
+    pre = spec.get("pre_tokenizer")
+    return (
+        pre is not None
+        and safe(spec.get("normalizer"), _SAFE_NORMALIZERS, "normalizers")
+        and safe(pre, _SAFE_PRE_TOKENIZERS, "pretokenizers")
+        and not any(any(c.isspace() for c in t["content"]) for t in spec.get("added_tokens", []))
+    )
+
+
+def _cut(text: str, limit: int | None) -> Iterator[tuple[int, str]]:
+    """``text`` in pieces of about ``limit`` characters or more, each (but the first)
+    starting at a space that follows a non-space; with its character offset."""
+    start = 0
+    while limit is not None and len(text) - start > limit:
+        p = text.find(" ", start + limit)
+        while p > 0 and text[p - 1].isspace():
+            p = text.find(" ", p + 1)
+        if p <= start:
+            break
+        yield start, text[start:p]
+        start = p
+    yield start, text[start:] if start else text
+
+
+def _encode_texts(
+    backend: Any, texts: list[str], splittable: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The model tokens of ``texts``: their ids, their (start, end) character offsets as one
+    (tokens x 2) array, and the token count of each text.
+
+    The tokenizer gets :data:`PIECE_CHARS` characters at a time, a long text cut into
+    pieces when ``splittable`` (:func:`_splittable`), and each call's results become arrays at
+    once: memory stays bounded whatever the batch and the notes' lengths (a 3M-character note
+    took 480 MB inside the tokenizer, and as many again as Python tuples)."""
+    counts = np.zeros(len(texts), np.int64)
+    ids: list[np.ndarray] = []
+    offsets: list[np.ndarray] = []
+    group: list[tuple[int, int, str]] = []
+    size = 0
+
+    def flush() -> None:
+        found = backend.encode_batch([t for _, _, t in group], add_special_tokens=False)
+        for (doc, shift, _), e in zip(group, found, strict=True):
+            ids.append(np.asarray(e.ids, np.uint32))
+            offsets.append(np.asarray(e.offsets, np.int64).reshape(-1, 2) + shift)
+            counts[doc] += len(ids[-1])
+        group.clear()
+
+    for doc, text in enumerate(texts):
+        for shift, piece in _cut(text, PIECE_CHARS if splittable else None):
+            group.append((doc, shift, piece))
+            size += len(piece)
+            if size >= PIECE_CHARS:
+                flush()
+                size = 0
+    if group:
+        flush()
+    if not ids:
+        return np.zeros(0, np.uint32), np.zeros((0, 2), np.int64), counts
+    return np.concatenate(ids), np.concatenate(offsets), counts
 
 
 def _token_words(
@@ -255,7 +441,7 @@ def _token_words(
     text_lengths: np.ndarray,
     flags: tuple[np.ndarray, ...],
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Map every model token of a batch (:func:`_token_offsets`) to the first word it
+    """Map every model token of a batch (:func:`_encode_texts`) to the first word it
     overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps."""
     base = np.concatenate([[0], np.cumsum(text_lengths)[:-1]]).astype(np.int64)
     tok_base = np.repeat(base, tok_counts)
@@ -415,6 +601,7 @@ def encode_batches(
     backend = copy.deepcopy(tokenizer.backend_tokenizer)
     backend.no_truncation()
     backend.no_padding()
+    splittable = _splittable(backend)
     marker = None
     direct_terms = pa.array([], pa.string())
     if terms is not None:
@@ -430,6 +617,7 @@ def encode_batches(
     )
     stats = stats if stats is not None else {}
     keys = ["documents", "sequences", "tokens", "protected", "direct", "indirect", "words"]
+    keys += ["dropped_tokens"]  # tokens of word-less pieces, which make no sequence
     keys += [f"{p}_{r}" for p in ("by", "only") for r in REASONS]
     if gold is not None:
         keys += ["gold_tokens", "gold_protected", *(f"gold_{r}" for r in REASONS)]
@@ -473,9 +661,8 @@ def encode_batches(
             toks, counts, reasons = flags(texts, spans=None)
             for r in ("span", "patient", "corpus"):
                 reasons[r] = np.zeros_like(reasons[r])
-        encodings = backend.encode_batch(texts.to_pylist(), add_special_tokens=False)
+        ids, tok_offsets, tok_counts = _encode_texts(backend, texts.to_pylist(), splittable)
         lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
-        tok_offsets, tok_counts = _token_offsets([e.offsets for e in encodings])
         words, tok_flags = _token_words(
             tok_offsets,
             tok_counts,
@@ -491,7 +678,6 @@ def encode_batches(
         _count_reasons(stats, by_reason)
         if gold is not None:
             _count_gold(stats, gold, doc_list, tok_offsets, tok_counts, words, by_reason)
-        ids = np.array([i for e in encodings for i in e.ids], dtype=np.uint32)
         bounds = np.concatenate([[0], np.cumsum(tok_counts)])
         for r, doc in enumerate(doc_list):
             patient = patient_list[r]
@@ -508,6 +694,7 @@ def encode_batches(
         if advance is not None:
             advance(batch.num_rows)
     packer.finish_patient()
+    stats["dropped_tokens"] += packer.dropped_tokens
     out = packer.take(stats["sequences"])
     if out is not None:
         yield _count(out, stats)
@@ -600,6 +787,7 @@ def encode(
     text_col: str = "text",
     progress: bool = False,
     gold: str | Path | pa.Table | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Tokenise documents for a model and write the ``encoded`` dataset.
 
@@ -609,7 +797,9 @@ def encode(
         The documents (a dataset folder, or any Arrow table or stream), each patient's
         documents consecutive and in order.
     out
-        Output folder: Parquet parts, ``_SUCCESS.json`` and ``_encoding.json``.
+        Output folder (Parquet parts only; the manifest, with the ``encoding`` that
+        :func:`read_encoding` returns, is in ``out.meta/``). An existing one is replaced
+        (atomically) only with ``overwrite``.
     tokenizer
         A Hugging Face fast tokenizer, or the local path of one (folder or ``tokenizer.json``).
     terms
@@ -644,7 +834,9 @@ def encode(
         raise ConfigError(f"max_len must be at least 4, not {max_len}")
     if policy not in ("all", "minimal"):
         raise ConfigError(f"unknown n-gram policy {policy!r}; expected all or minimal")
-    tok = tokenizer if not isinstance(tokenizer, (str, Path)) else load_tokenizer(tokenizer)
+    inputs = check_inputs(docs=docs, terms=terms, spans=spans, gold=gold)
+    check_output(out, overwrite, inputs)
+    tok = tokenizer if not isinstance(tokenizer, (str, Path)) else _open_tokenizer(tokenizer)
     src = open_source(docs, 1024)
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     term_table = read_terms(terms) if isinstance(terms, (str, Path)) else terms
@@ -662,9 +854,27 @@ def encode(
         ).patient_words()
     special = SpecialTokens.of(tok)
     stats: dict[str, int] = {}
-    out = Path(out)
-    writer = DatasetWriter(out, ENCODED, rows_per_part=50_000)
-    with progress_bar("encode", total=src.num_rows, unit="documents", enabled=progress) as adv:
+    options = {
+        "tokenizer": str(getattr(tok, "name_or_path", "")),
+        "max_len": max_len,
+        "ngram": ngram,
+        "policy": policy,
+        "normalize": normalize,
+        "direct_scope": direct_scope,
+        "pseudonymize": pseudonymize,
+    }
+    with (
+        DatasetWriter(
+            Path(out),
+            ENCODED,
+            stage="encode",
+            inputs=inputs,
+            options=options,
+            overwrite=overwrite,
+            rows_per_part=50_000,
+        ) as writer,
+        progress_bar("encode", total=src.num_rows, unit="documents", enabled=progress) as adv,
+    ):
         for b in encode_batches(
             src,
             tok,
@@ -684,35 +894,34 @@ def encode(
             gold=gold_spans,
         ):
             writer.write(b)
-    direct_terms = 0
-    if term_table is not None and "direct" in term_table.column_names:
-        direct_terms = int(pc.sum(term_table.column("direct")).as_py() or 0)
-    encoding = {
-        "tokenizer": str(getattr(tok, "name_or_path", "")),
-        "max_len": max_len,
-        "vocab_size": special.vocab_size,
-        "pad_token_id": special.pad_id,
-        "mask_token_id": special.mask_id,
-        "pseudonymized": pseudonymize,
-        "ngram": ngram,
-        "policy": policy,
-        "normalize": normalize,
-        "direct_scope": direct_scope,
-        "with_terms": term_table is not None,
-        "with_spans": spans is not None,
-        "direct_terms": direct_terms,
-        "protection": protection_report(stats),
-    }
-    (out / ENCODING).write_text(json.dumps(encoding, indent=2))
-    return writer.close(**stats, encoding=encoding)
+        direct_terms = 0
+        if term_table is not None and "direct" in term_table.column_names:
+            direct_terms = int(pc.sum(term_table.column("direct")).as_py() or 0)
+        encoding = {
+            "tokenizer": options["tokenizer"],
+            "max_len": max_len,
+            "vocab_size": special.vocab_size,
+            "pad_token_id": special.pad_id,
+            "mask_token_id": special.mask_id,
+            "pseudonymized": pseudonymize,
+            "ngram": ngram,
+            "policy": policy,
+            "normalize": normalize,
+            "direct_scope": direct_scope,
+            "with_terms": term_table is not None,
+            "with_spans": spans is not None,
+            "direct_terms": direct_terms,
+            "protection": protection_report(stats),
+        }
+        return writer.close(**stats, encoding=encoding)
 
 
 def read_encoding(path: str | Path) -> dict[str, Any]:
-    """How an ``encoded`` dataset was made (``_encoding.json``)."""
-    path = Path(path)
-    f = path / ENCODING
-    if not f.exists():
-        manifest = path / MANIFEST
-        hint = "" if manifest.exists() else " (is this an encoded dataset?)"
-        raise InputError(f"no {ENCODING} in this folder{hint}", path=path)
-    return json.loads(f.read_text())
+    """How the complete ``encoded`` dataset at ``path`` was made (its manifest's
+    ``encoding``: tokenizer, ``max_len``, special token ids, protection report...)."""
+    manifest = read_manifest(path)
+    if "encoding" not in manifest:
+        raise InputError(
+            f"not an encoded dataset (written by {manifest.get('stage')!r})", path=path
+        )
+    return manifest["encoding"]

@@ -314,6 +314,50 @@ impl IndexBuilder {
         self.vocab.memory_bytes() + self.patients.memory_bytes() + shards
     }
 
+    /// Terms counted so far (single words counted densely are bounded by the vocabulary).
+    fn terms_len(&self) -> usize {
+        let dense = if dense_unigrams(&self.cfg) {
+            self.vocab.len()
+        } else {
+            0
+        };
+        let hashed: usize = self
+            .workers
+            .iter()
+            .flat_map(|w| w.shards.iter())
+            .map(|s| s.table.len())
+            .sum();
+        dense + hashed
+    }
+
+    /// Approximate heap bytes that finishing the index would add to [`Self::memory_bytes`]:
+    /// the vocabulary's sort ranks, the terms' sort order and the output batches (terms,
+    /// counts and up to `k` patient ids per term).
+    pub fn finish_bytes(&self) -> usize {
+        let terms = self.terms_len();
+        let words = self.vocab.len();
+        let avg = |bytes: usize, n: usize| if n == 0 { 0 } else { bytes.div_ceil(n) };
+        let word = avg(self.vocab.text_bytes(), words) + 1;
+        let patient = avg(self.patients.text_bytes(), self.patients.len()) + 4;
+        let sort = words * 8 + terms * (std::mem::size_of::<(u8, u128, u64)>() + 8);
+        // Per output row: the term (n words), its offset, n, patients, docs, count, the
+        // flags, the patient-id list offset and the ids.
+        let row = self.cfg.max_n * word + 4 + 1 + 4 + 4 + 8 + 1 + 4 + self.cfg.k as usize * patient;
+        sort + terms * row
+    }
+
+    /// The part of [`Self::peak_bytes`] that every partition pass holds whole: the word and
+    /// patient vocabularies and the words' sort ranks (partitions split only the terms).
+    pub fn fixed_bytes(&self) -> usize {
+        self.vocab.memory_bytes() + self.patients.memory_bytes() + self.vocab.len() * 8
+    }
+
+    /// Approximate heap bytes at the peak of the index's life: what it holds now and what
+    /// finishing it adds ([`Self::memory_bytes`] + [`Self::finish_bytes`]).
+    pub fn peak_bytes(&self) -> usize {
+        self.memory_bytes() + self.finish_bytes()
+    }
+
     /// Add a batch: `patient_ids[i]` wrote `texts[i]` (one document per row).
     pub fn add(&mut self, patient_ids: &ArrayRef, texts: &ArrayRef) -> Result<()> {
         if self.done {

@@ -92,6 +92,16 @@ fn tail_lower(text: &str, s: usize, n: usize) -> String {
     text[start..s].to_lowercase()
 }
 
+/// The at most `n` first characters of `text`, lower-cased: a bounded look ahead (lower-casing
+/// the whole rest of the note for every year made detection quadratic in its length).
+fn head_lower(text: &str, n: usize) -> String {
+    let end = text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    text[..end].to_lowercase()
+}
+
+/// Characters a year's check reads after it: enough for the longest unit ("breath").
+const UNIT_CHARS: usize = 8;
+
 /// Up to `n` lower-case words before `s` and after `e` (letters, digits and `/`).
 fn context_words(text: &str, s: usize, e: usize, n: usize) -> (Vec<String>, Vec<String>) {
     let split = |t: &str| -> Vec<String> {
@@ -208,7 +218,7 @@ fn check_year(text: &str, s: usize, e: usize) -> bool {
         return false;
     }
     let rest = text[e..].trim_start_matches('\'');
-    let next = rest.trim_start().to_lowercase();
+    let next = head_lower(rest.trim_start(), UNIT_CHARS);
     let mut chars = rest.chars();
     let glued = chars.next().is_some_and(|c| {
         c.is_alphanumeric()
@@ -792,6 +802,25 @@ mod tests {
             assert_eq!(got, &t[d.start..d.end]);
         }
         assert!(has(t, "Zoë", "NAME"));
+    }
+
+    #[test]
+    fn checks_look_a_bounded_way_around() {
+        // The look ahead and look back are bounded, whatever follows or precedes.
+        let long = "Min ".repeat(10_000);
+        assert_eq!(head_lower(&long, UNIT_CHARS), "min min ");
+        assert_eq!(head_lower("é\u{130}x", 2), "é\u{130}".to_lowercase());
+        assert_eq!(tail_lower(&long, long.len(), 5), " min ");
+        // A year's check reads only what is near it: cutting the note a little after the
+        // year changes nothing (the check once lower-cased the whole rest of the note).
+        let text = "MI in 1992 and in 97 x. In 1990 min; since 2004 breaths, in 2011 ".repeat(50);
+        let years = detect(&text);
+        assert!(years.len() >= 200);
+        for d in &years {
+            let cut = (d.end + 2 + 4 * UNIT_CHARS).min(text.len());
+            let (s, e) = (d.start, d.end);
+            assert!(check_year(&text[..cut], s, e) == check_year(&text, s, e));
+        }
     }
 
     #[test]

@@ -118,6 +118,11 @@ impl Vocab {
     }
 
     /// Approximate heap bytes held.
+    /// Bytes of all the words' text together.
+    pub fn text_bytes(&self) -> usize {
+        self.arena.len()
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.table.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
             + self.ends.capacity() * std::mem::size_of::<usize>()

@@ -104,12 +104,14 @@ fn normalizer(py: Python<'_>, name: &str) -> PyResult<Normalizer> {
 struct PyIndexBuilder {
     inner: IndexBuilder,
     holding: bool,
+    /// Whether it keeps freed memory (else it purges at once).
+    hold: bool,
 }
 
 impl PyIndexBuilder {
     fn release(&mut self) {
         if std::mem::take(&mut self.holding) {
-            release_memory();
+            release_memory(self.hold);
         }
     }
 }
@@ -123,7 +125,8 @@ impl Drop for PyIndexBuilder {
 #[pymethods]
 impl PyIndexBuilder {
     #[new]
-    #[pyo3(signature = (ngram=1, k=2, normalize="nfkc_lower", modulus=1, residue=0, threads=0))]
+    #[pyo3(signature = (ngram=1, k=2, normalize="nfkc_lower", modulus=1, residue=0, threads=0, hold=true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         ngram: usize,
@@ -132,6 +135,7 @@ impl PyIndexBuilder {
         modulus: u32,
         residue: u32,
         threads: usize,
+        hold: bool,
     ) -> PyResult<Self> {
         let cfg = IndexConfig {
             max_n: ngram,
@@ -142,10 +146,13 @@ impl PyIndexBuilder {
             threads,
         };
         let inner = IndexBuilder::new(cfg).map_err(|e| to_py_err(py, e))?;
-        hold_memory();
+        // `hold=False` (under a memory budget): freed memory goes back to the OS at once,
+        // which keeps the peak lower at some cost in speed.
+        hold_memory(hold);
         Ok(Self {
             inner,
             holding: true,
+            hold,
         })
     }
 
@@ -160,6 +167,17 @@ impl PyIndexBuilder {
     /// Approximate bytes of memory the index holds.
     fn memory_bytes(&self) -> usize {
         self.inner.memory_bytes()
+    }
+
+    /// Approximate bytes of memory at the index's peak: what it holds and what finishing it
+    /// adds (sort order and output batches).
+    fn peak_bytes(&self) -> usize {
+        self.inner.peak_bytes()
+    }
+
+    /// The part of `peak_bytes` that every partition pass holds whole (the vocabularies).
+    fn fixed_bytes(&self) -> usize {
+        self.inner.fixed_bytes()
     }
 
     /// Documents, tokens and patients seen so far.
@@ -753,32 +771,61 @@ fn detect_rules<'py>(py: Python<'py>, texts: PyArray) -> PyResult<Bound<'py, PyA
 /// mimalloc's `mi_option_purge_delay` (the same index in its v2 and v3 headers) and default.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 10;
-/// Index builders alive: while any is, freed memory is kept for reuse.
+/// Index builders alive that keep freed memory for reuse (the default).
 static ACTIVE_BUILDERS: AtomicUsize = AtomicUsize::new(0);
+/// Index builders alive under a memory budget: freed memory goes back at once.
+static LEAN_BUILDERS: AtomicUsize = AtomicUsize::new(0);
 
-/// While an index is built, keep freed memory instead of returning it to the OS: batch after
-/// batch reuses the same amount, and re-faulting (zeroing) returned pages cost up to a quarter
-/// of the index's time. An explicit MIMALLOC_PURGE_DELAY in the environment wins.
-fn hold_memory() {
-    if ACTIVE_BUILDERS.fetch_add(1, Ordering::SeqCst) == 0
-        && std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
-    {
-        // SAFETY: setting an option is thread-safe and valid at any time.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+/// Set mimalloc's purge delay for the builders alive: keep freed memory while any builder
+/// holds it (batch after batch reuses the same amount, and re-faulting (zeroing) returned
+/// pages cost up to a quarter of the index's time); else purge at once while a builder under
+/// a memory budget lives (a lower peak); else the default, giving the kept memory back. An
+/// explicit MIMALLOC_PURGE_DELAY in the environment wins.
+fn apply_purge_delay() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
     }
-}
-
-/// The last builder is done: purge as usual again and give the kept memory back.
-fn release_memory() {
-    if ACTIVE_BUILDERS.fetch_sub(1, Ordering::SeqCst) == 1
-        && std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
-    {
-        // SAFETY: as above; mi_collect only frees memory mimalloc holds unused.
-        unsafe {
-            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, DEFAULT_PURGE_DELAY_MS);
+    let (held, lean) = (
+        ACTIVE_BUILDERS.load(Ordering::SeqCst),
+        LEAN_BUILDERS.load(Ordering::SeqCst),
+    );
+    let delay = if held > 0 {
+        -1
+    } else if lean > 0 {
+        0
+    } else {
+        DEFAULT_PURGE_DELAY_MS
+    };
+    // SAFETY: setting an option is thread-safe and valid at any time; mi_collect only frees
+    // memory mimalloc holds unused.
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay);
+        if held == 0 {
             libmimalloc_sys::mi_collect(true);
         }
     }
+}
+
+/// A builder starts: `hold` keeps freed memory while it lives, else it is purged at once.
+fn hold_memory(hold: bool) {
+    let count = if hold {
+        &ACTIVE_BUILDERS
+    } else {
+        &LEAN_BUILDERS
+    };
+    count.fetch_add(1, Ordering::SeqCst);
+    apply_purge_delay();
+}
+
+/// A builder started with `hold_memory(hold)` is done.
+fn release_memory(hold: bool) {
+    let count = if hold {
+        &ACTIVE_BUILDERS
+    } else {
+        &LEAN_BUILDERS
+    };
+    count.fetch_sub(1, Ordering::SeqCst);
+    apply_purge_delay();
 }
 
 #[pymodule]
