@@ -68,7 +68,8 @@ def assert_batch_independent(src: Path, tmp_path: Path, **kw) -> None:
     for n in (1, 7, 8192):
         out = tmp_path / f"batch{n}"
         m = ingest(src, out, batch_rows=n, **kw)
-        for key in ("parts", "files", "options"):  # options record batch_rows itself
+        # options record batch_rows itself; write_id names each write
+        for key in ("parts", "files", "options", "write_id"):
             m.pop(key, None)
         results.append((m, read_out(out), rejected(out)))
     for m, table, rej in results[1:]:

@@ -24,20 +24,25 @@ Hostile input is met as follows.
   row. NUL characters in an id or the text reject the row in every format.
 * A quoted CSV field left open would swallow the records after it. Where a file of five
   columns or more has records that start with integer ids (MIMIC's
-  ``ROW_ID,SUBJECT_ID,HADM_ID,...``), a line that starts a new record while a quoted field is
-  open, and is followed by complete records, closes that field: the damaged record is rejected
-  (``unclosed quote``) and the records after it are read as usual. A text that still holds
-  such a line (and the rest of a record's fields) is rejected the same way, as is a record the
-  file ends in while its quoted field is open.
-* Bytes are decoded with ``encoding`` (UTF-8 by default, any ASCII-compatible Python codec);
+  ``ROW_ID,SUBJECT_ID,HADM_ID,...``), a well-formed file is read exactly as written, whatever
+  its notes hold. A record that is not well formed (or not of the file's column count) and
+  holds lines that start like a record is damaged: it is rejected (``unclosed quote``) with
+  every record after it up to the first record start that every reading of the damage
+  agrees on, so no text is given to a patient it may not belong to; records after that are
+  read as usual. A record the file ends in while a quoted field is open is rejected the same
+  way. (How many rows a damaged stretch held is ambiguous: see :class:`_QuoteRepair`.)
+* Bytes are decoded with ``encoding`` (UTF-8 by default, any plain ASCII-compatible Python
+  charset; codecs that rewrite text, such as idna or utf-7, are refused);
   a value that does not decode rejects its row (under UTF-8 the reason names ``--encoding``).
 """
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import csv
 import gzip
+import heapq
 import itertools
 import json
 import os
@@ -118,7 +123,11 @@ _SUFFIXES = {
 _CSV_BLOCK_BYTES = 1 << 22
 _GZIP_MAGIC = b"\x1f\x8b"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
-_ASCII_PROBE = b'\t\n\r ,"{}[]:|=0aZ'
+_ASCII_BYTES = bytes(range(128))
+_TRANSFORMING = re.compile(
+    r"(idna|punycode|unicode[-_]escape|raw[-_]unicode[-_]escape|utf[-_]7|hz|iso2022.*"
+    r"|string[-_]escape|undefined)$"
+)
 
 
 @dataclass(frozen=True)
@@ -411,21 +420,30 @@ def _check_format(fmt: str) -> str:
 
 
 def _check_encoding(encoding: str) -> str:
-    """The canonical name of a text codec that keeps ASCII bytes as they are."""
+    """The canonical name of a plain charset: a text codec that keeps every ASCII byte as it
+    is and does not rewrite text (not idna, punycode, the escape codecs, utf-7, hz or the
+    iso2022 family, which shift or decode escape sequences)."""
     shown = repr(encoding)[:60]
     if not isinstance(encoding, str):
         raise InputError(f"encoding must be a codec name such as 'utf-8', got {shown}")
     try:
-        name = codecs.lookup(encoding).name
+        info = codecs.lookup(encoding)
     except LookupError:
         raise InputError(
             f"unknown encoding {shown}: pass a Python codec name such as 'latin-1' or 'cp1252'"
         ) from None
+    name = info.name
+    plain = getattr(info, "_is_text_encoding", True) and not _TRANSFORMING.match(name)
+    if not plain:
+        raise InputError(
+            f"{shown} is not a plain text encoding (it rewrites text): pass a charset such as "
+            "'latin-1' or 'cp1252'"
+        )
     try:
-        compatible = _ASCII_PROBE.decode(name) == _ASCII_PROBE.decode("ascii")
+        compatible = _ASCII_BYTES.decode(name) == _ASCII_BYTES.decode("ascii")
     except LookupError:
         raise InputError(f"{shown} is not a text encoding") from None
-    except UnicodeDecodeError:
+    except UnicodeError:
         compatible = False
     if not compatible:
         raise InputError(
@@ -488,7 +506,10 @@ def _format_of(head: bytes) -> str | None:
     if start.startswith(b"{"):
         return "jsonl"
     line = start.split(b"\n", 1)[0].decode("utf-8", "replace")
-    names = {n.strip().casefold() for n in next(csv.reader([line]), [])}
+    try:
+        names = {n.strip().casefold() for n in next(csv.reader([line]), [])}
+    except csv.Error:  # a field over the csv module's limit: not a header
+        return None
     return "mimic" if {"subject_id", "text"} <= names else None
 
 
@@ -901,12 +922,15 @@ def _csv_header(path: Path, encoding: str) -> tuple[list[str], str]:
         raise InputError(f"the CSV header row is longer than 1 MiB{hint}", path=path)
     try:
         text = line.decode("utf-8-sig" if _is_utf8(encoding) else encoding).lstrip("\ufeff")
-    except UnicodeDecodeError:
+    except UnicodeError:
         why = " (pass --encoding if the file is not UTF-8)" if _is_utf8(encoding) else ""
         raise InputError(
             f"the CSV header does not decode as {encoding}{why}{hint}", path=path
         ) from None
-    names = next(csv.reader([text]), [])
+    try:
+        names = next(csv.reader([text]), [])
+    except csv.Error:  # a field over the csv module's limit; its message may quote the file
+        raise InputError(f"the CSV header row cannot be read{hint}", path=path) from None
     return [n.strip() for n in names], hint
 
 
@@ -916,7 +940,7 @@ class _RowPlacer:
     pyarrow skips rows with the wrong column count (through ``invalid_row_handler``) and
     reports each one's record number before the batch that would have held it is returned, so
     the good rows' indices are the first indices not taken by a skipped row. A skipped row
-    holding the mark of a closed quote (:class:`_QuoteRepair`) is an unclosed quote.
+    holding the mark of a rejected record (:class:`_QuoteRepair`) is an unclosed quote.
     """
 
     def __init__(self) -> None:
@@ -970,7 +994,9 @@ def _mimic_chunks(
     progress.current = _tell(raw)
     try:
         data = pa.CompressedInputStream(raw, "gzip") if _is_gzip(layout.path) else raw
-        repair = None if check is None else _QuoteRepair(data, check, len(layout.header))
+        repair = (
+            None if check is None else _QuoteRepair(data, check, len(layout.header), layout.path)
+        )
         batches = _arrow_errors(
             lambda: _csv_reader(repair or data, layout.header, used, placer.handler),
             layout.path,
@@ -984,7 +1010,7 @@ def _mimic_chunks(
                     layout, part, rows[start : start + opts.batch_rows], schema, opts
                 )
                 raw_chunk.rejected = placer.rejections(source, skipped) if start == 0 else []
-                raw_chunk.flags = _unclosed_flags(part, check, repair, layout.cols["text"] or "")
+                raw_chunk.flags = _unclosed_flags(part, repair)
                 yield _finish(raw_chunk, schema)
         rest = placer.rejections(source, placer.rest())
         if rest:
@@ -1073,26 +1099,25 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
 _SENTINEL_TEXT = "\x1a<phisieve: unclosed quote>\x1a"
 _SENTINEL = _SENTINEL_TEXT.encode("ascii")
 _SENTINEL_RE2 = "\\x1a<phisieve: unclosed quote>\\x1a"
+_REJECTED_LINE = _SENTINEL + b"\n"  # one record of one field: rejected, as an unclosed quote
 _START_SPAN = 128  # a record start's pattern never spans more bytes than this
-_LOOKAHEAD = 3  # records that must follow a record start found inside a quoted field
 _MIN_COLUMNS = 5  # files of fewer columns are not checked for unclosed quotes
-_PLAIN, _OPEN, _WHOLE = 1, 2, 3  # what follows a record start (_QuoteRepair._record_shape)
-_MAX_HELD = 64 << 20  # bytes held back from pyarrow before giving up repairs in a file
+_MAX_HELD = 64 << 20  # bytes held back from pyarrow while a damaged stretch is resolved
 _QUOTED = re.compile(rb'[^"]*(?:""[^"]*)*')
 _UNQUOTED = re.compile(rb"[^,\r\n]*")
+_FIELD = rb'(?:"[^"]*(?:""[^"]*)*"|[^",\r\n]*)'  # a well-formed field (RFC 4180)
 
 
 @dataclass(frozen=True)
 class _QuoteCheck:
     """How a file's records start: ``start`` finds the line break before a line that starts
-    like a record; ``swallowed`` (RE2) finds a field value holding such a line."""
+    like a record."""
 
     start: re.Pattern[bytes]
-    swallowed: str
 
 
 def _quote_check(layout: _CsvLayout) -> _QuoteCheck | None:
-    """The record-start patterns of a file whose first columns (at least two, including the
+    """The record-start pattern of a file whose first columns (at least two, including the
     patient's) are id columns, read as integers; None for any other layout."""
     roles = {layout.cols[r]: r for r in ("doc", "patient", "group") if layout.cols[r] is not None}
     lead = [roles[name] for name in itertools.takewhile(roles.__contains__, layout.header)]
@@ -1100,99 +1125,70 @@ def _quote_check(layout: _CsvLayout) -> _QuoteCheck | None:
         return None  # a line of a note could too easily look like such a record
     fields = ['"?[0-9]{0,20}"?' if r == "group" else '"?[0-9]{1,20}"?' for r in lead]
     prefix = ",".join(fields) + ","
-    rest = max(0, len(layout.header) - len(lead) - 1)
-    swallowed = f"\\n{prefix}(?:[^,\\n]*,){{{rest}}}"
-    return _QuoteCheck(re.compile(b"\\n(?=" + prefix.encode("ascii") + b")"), swallowed)
+    return _QuoteCheck(re.compile(b"\\n(?=" + prefix.encode("ascii") + b")"))
 
 
 def _unclosed_flags(
-    part: pa.RecordBatch, check: _QuoteCheck | None, repair: _QuoteRepair | None, text: str
+    part: pa.RecordBatch, repair: _QuoteRepair | None
 ) -> list[tuple[np.ndarray, str, str | None]]:
-    """Rows with a field holding a closed quote's mark, or a text holding a whole record's
-    start (a quote :class:`_QuoteRepair` could not close)."""
-    if check is None:
+    """Rows with a field holding the mark of a rejected record (only a file holding the mark
+    itself can have one: :class:`_QuoteRepair` replaces rejected records whole)."""
+    if repair is None or not repair.repaired:
         return []
-    flags = [(_contains(part.column(text), check.swallowed), UNCLOSED_QUOTE, text)]
-    if repair is not None and repair.repaired:
-        for name, arr in zip(part.schema.names, part.columns, strict=True):
-            flags.append((_contains(arr, _SENTINEL_RE2), UNCLOSED_QUOTE, name))
+    flags = [
+        (_contains(arr, _SENTINEL_RE2), UNCLOSED_QUOTE, name)
+        for name, arr in zip(part.schema.names, part.columns, strict=True)
+    ]
     return [flag for flag in flags if flag[0].any()]
 
 
-class _Parsed(NamedTuple):
-    """One CSV record parsed as pyarrow parses it."""
-
-    fields: int
-    end: int  # after its line break; for a field left open, where its text starts
-    inside: bool  # the bytes ended inside a quoted field
-    clean: bool  # no quote stands outside a quoted field's own quotes
-    quoted: bool  # a quoted field was opened and closed
-
-
-def _parse_record(buf: bytes, pos: int, end: int) -> _Parsed:
-    """Parse one CSV record of ``buf[pos:end]``."""
-    fields, clean, quoted = 0, True, False
-    while True:
-        fields += 1
-        after_quote = pos < end and buf[pos] == 0x22
-        if after_quote:
-            opened = pos + 1
-            pos = _QUOTED.match(buf, opened, end).end()  # type: ignore[union-attr]
-            if pos >= end:
-                return _Parsed(fields, opened, True, clean, quoted)
-            pos, quoted = pos + 1, True  # pyarrow keeps what follows up to the delimiter
-        stop = _UNQUOTED.match(buf, pos, end).end()  # type: ignore[union-attr]
-        if (after_quote and stop > pos) or buf.find(b'"', pos, stop) >= 0:
-            clean = False
-        if stop >= end:
-            return _Parsed(fields, end, False, clean, quoted)
-        if buf[stop] == 0x2C:
-            pos = stop + 1
-            continue
-        stop += 2 if buf.startswith(b"\r\n", stop) else 1
-        return _Parsed(fields, stop, False, clean, quoted)
-
-
-def _open_quote(buf: bytes, pos: int, end: int) -> bool:
-    """Whether a quoted field is open at ``end``, parsing records from ``pos``."""
-    while pos < end:
-        parsed = _parse_record(buf, pos, end)
-        if parsed.inside:
-            return True
-        pos = parsed.end
-    return False
-
-
 class _QuoteRepair:
-    """The bytes of a CSV file, with quoted fields left open closed where the next record
-    starts.
+    """The bytes of a CSV file, with each stretch damaged by quotes left open replaced by one
+    rejected record (the line ``_SENTINEL``) per record it held.
 
-    Record starts are found with the file's :class:`_QuoteCheck`. One found while parsing
-    the current record shows a quoted field open (an odd number of quotes is the cheap first
-    sign) is a line of that field's text, or the start of the record after one whose quote
-    was never closed. It is the latter when records follow it up to the next
-    :data:`_LOOKAHEAD` record starts or the end of the file (:meth:`_records_follow`): the
-    mark ``_SENTINEL"`` is then inserted before its line break, which closes the field, and
-    the reader rejects the record holding the mark. A file that ends inside a quoted field
-    gets the mark at its end.
+    The records are parsed one by one from the header on. A record that is well formed
+    (RFC 4180: a quoted field is closed and followed by a delimiter or a line break) with the
+    file's column count is passed on as it is, whatever its quoted fields hold: a valid file
+    is read exactly as pyarrow reads it. So is a record without a line inside it that starts
+    like a record (:class:`_QuoteCheck`): it holds nothing of another record (pyarrow rejects
+    it if its column count is wrong).
 
-    Only the current record and a few after it are held back, at most :data:`_MAX_HELD`
-    bytes: beyond that the rest of the file is passed on unchanged.
+    Any other record is damaged: a quote in it was left open, and the next record really
+    starts at one of the record-like lines inside it (a quoted text's own quotes are doubled,
+    so the field left open runs on over all of its text), but which one cannot be told (a
+    note may hold such lines). Each is taken as a hypothesis and parsed on from, a damaged
+    record met on the way branching again (in a file that ends inside a quote, its end is a
+    hypothesis too), until every hypothesis reaches the same record start: from there on
+    all of them, the true parse among them, read the same records. Everything before it is
+    rejected, so no text is given to a record it may not belong to.
+
+    How many records a damaged stretch held is ambiguous; it is counted as the hypothesis
+    that ends each damaged record at the first line inside it that starts a record of the
+    file's shape (well formed with its column count, or damaged itself) counts them: right
+    when the damaged notes hold no such lines. Either way, rows in equals rows written plus
+    rows rejected.
+
+    Parsing resumes at the record after the last one passed on, so each byte is parsed about
+    once (more often only inside damaged stretches), and reads grow with the bytes held, so
+    a long record is not reparsed per block. A damaged stretch that does not resolve within
+    :data:`_MAX_HELD` bytes makes the file unreadable (:class:`InputError`).
     """
 
-    def __init__(self, data: Any, check: _QuoteCheck, columns: int) -> None:
+    def __init__(self, data: Any, check: _QuoteCheck, columns: int, path: Path) -> None:
         self.closed = False
-        self.repaired = 0
+        self.repaired = 0  # records rejected
+        self.parsed = 0  # records parsed (a measure of work, for tests)
         self._data = data
         self._start = check.start
         self._columns = columns
+        self._path = path
+        body = _FIELD + rb"(?:," + _FIELD + rb"){" + str(columns - 1).encode() + rb"}"
+        self._record = re.compile(body + rb"(?:\r\n|\n|\r)")
+        self._last = re.compile(body + rb"(?:\r\n|\n|\r)?\Z")
         self._buf = b""
-        self._ready: deque[memoryview] = deque()  # bytes passed on, not yet read
-        self._rec = 0  # where the current record starts in _buf
-        self._cands: deque[int] = deque()  # undecided record starts in _buf
-        self._scanned = 0  # _buf[:_scanned] has been searched for record starts
+        self._ready: deque[bytes | memoryview] = deque()  # bytes passed on, not yet read
+        self._rec = -1  # where the next undecided record starts in _buf (-1: the header)
         self._eof = False
-        self._passthrough = False
 
     def readable(self) -> bool:
         return True
@@ -1219,104 +1215,178 @@ class _QuoteRepair:
         self.closed = True
 
     def _fill(self) -> None:
-        chunk = self._data.read(_CSV_BLOCK_BYTES)
+        held = len(self._buf)
+        if held > _MAX_HELD:
+            raise InputError(
+                "cannot read the CSV file (a quote left open: no record start after it "
+                f"within {_MAX_HELD >> 20} MiB)",
+                path=self._path,
+            )
+        chunk = self._data.read(max(_CSV_BLOCK_BYTES, held))  # grows with a long record
         self._eof = not chunk
         self._buf = self._buf + chunk if self._buf else bytes(chunk)
-        if not self._passthrough:
-            self._find_starts()
-            self._decide()
-            if len(self._buf) - self._rec > _MAX_HELD:
-                self._passthrough = True
-        self._emit(len(self._buf) if self._eof or self._passthrough else self._rec)
+        self._advance()
 
-    def _find_starts(self) -> None:
-        limit = len(self._buf) if self._eof else len(self._buf) - _START_SPAN
-        for m in self._start.finditer(self._buf, self._scanned):
-            if m.start() >= limit:
+    def _advance(self) -> None:
+        """Decide the records that can be decided and pass them on, in one piece (pyarrow
+        makes a batch of each piece it reads)."""
+        buf, done, out = self._buf, 0, []
+        memo: _Memo = {}
+        if self._rec < 0:
+            line = buf.find(b"\n")
+            if line < 0 and not self._eof:
+                return
+            self._rec = len(buf) if line < 0 else line + 1  # pyarrow skips one line
+        while self._rec < len(buf):
+            rec = self._rec
+            step = self._step(rec, memo)
+            if step is None:
                 break
-            self._cands.append(m.start() + 1)
-        self._scanned = max(self._scanned, limit)
-
-    def _decide(self) -> None:
-        while self._cands:
-            at = self._cands[0]
-            buf = self._buf
-            if buf.count(b'"', self._rec, at) % 2 and _open_quote(buf, self._rec, at):
-                if len(self._cands) <= _LOOKAHEAD and not self._eof:
-                    return  # wait for the records after it
-                if not self._records_follow():
-                    self._cands.popleft()  # a line of text inside a quoted field
-                    continue
-                self._close_quote(at)  # moves the candidates
-                at = self._cands[0]
-            self._rec = at
-            self._cands.popleft()
+            if not step.damaged:
+                self._rec = step.end
+                continue
+            cache = {rec: step}
+            to = self._converge(rec, step, memo, cache)
+            if to is None:
+                break
+            count = self._count(rec, to, cache)
+            out += [memoryview(buf)[done:rec], _REJECTED_LINE * count]
+            self.repaired += count
+            done = self._rec = to
         if self._eof:
-            self._close_last()
+            self._rec = len(buf)
+        out.append(memoryview(buf)[done : self._rec])
+        piece = out[0] if len(out) == 1 else b"".join(out)
+        if len(piece):
+            self._ready.append(piece)
+        self._buf = buf[self._rec :]
+        self._rec = 0
 
-    def _close_last(self) -> None:
-        """Close a quoted field the file ends in: its record is damaged (truncated)."""
+    def _step(self, pos: int, memo: _Memo) -> _Step | None:
+        """The record at ``pos``: where it ends, the first record-like line inside it, and
+        whether it is damaged (then the next record may start at any record-like line inside
+        it, or at its end if the file ends inside its quote); None until more bytes are
+        read."""
+        buf, size = self._buf, len(self._buf)
+        self.parsed += 1
+        whole = self._record.match(buf, pos) or (self._eof and self._last.match(buf, pos))
+        if whole:
+            return _Step(whole.end(), 0, False, False, True)
+        fields, end, inside, clean = self._parse(pos, memo)
+        if not self._eof and (inside or end + _START_SPAN > size):
+            return None
+        if not inside and clean and fields == self._columns:
+            return _Step(end, 0, False, False, True)
+        m = self._start.search(buf, pos, end + _START_SPAN)
+        first = m.start() + 1 if m is not None and m.start() + 1 < end else 0
+        return _Step(end, first, inside or first > 0, inside, False)
+
+    def _parse(self, pos: int, memo: _Memo) -> tuple[int, int, bool, bool]:
+        """Parse the record at ``pos`` as pyarrow does: its field count, end (the file's end
+        for one left inside a quote), whether it is left inside a quote and is well formed.
+        What follows each field start is kept in ``memo``: hypotheses meet at field starts,
+        so a damaged stretch is parsed about once however many of them cross it."""
         buf, end = self._buf, len(self._buf)
-        if buf.count(b'"', self._rec, end) % 2 and _open_quote(buf, self._rec, end):
-            self._buf += _SENTINEL + b'"'
-            self.repaired += 1
+        starts: list[int] = []
+        cleans: list[bool] = []
+        while True:
+            if pos in memo:
+                rest_fields, stop, inside, rest_clean = memo[pos]
+                break
+            starts.append(pos)
+            after_quote = pos < end and buf[pos] == 0x22
+            if after_quote:
+                pos = _QUOTED.match(buf, pos + 1, end).end()  # type: ignore[union-attr]
+                if pos >= end:
+                    cleans.append(True)
+                    rest_fields, stop, inside, rest_clean = 0, end, True, True
+                    break
+                pos += 1  # pyarrow keeps what follows up to the delimiter
+            stop = _UNQUOTED.match(buf, pos, end).end()  # type: ignore[union-attr]
+            cleans.append(not ((after_quote and stop > pos) or buf.find(b'"', pos, stop) >= 0))
+            if stop < end and buf[stop] == 0x2C:
+                pos = stop + 1
+                continue
+            if stop < end:
+                stop += 2 if buf.startswith(b"\r\n", stop) else 1
+            rest_fields, inside, rest_clean = 0, False, True
+            break
+        for start, clean in zip(reversed(starts), reversed(cleans), strict=True):
+            rest_fields += 1
+            rest_clean = rest_clean and clean
+            memo[start] = (rest_fields, stop, inside, rest_clean)
+        return rest_fields, stop, inside, rest_clean
 
-    def _records_follow(self) -> bool:
-        """Whether records run from the first candidate to the end of the file or to the next
-        few record starts: the first a clean record of the file's column count with a quoted
-        field, or a further damaged one, and one at least such a clean record (a line of a
-        quoted field's text, where every quote is doubled, is not)."""
-        starts = list(itertools.islice(self._cands, _LOOKAHEAD + 1))
-        at_end = len(starts) <= _LOOKAHEAD
-        if at_end:
-            starts.append(len(self._buf))
-        shapes: list[int] = []
-        begin = previous = starts[0]
-        for end in starts[1:]:
-            shape = self._record_shape(begin, end)
-            if not shape and shapes and shapes[-1] == _OPEN:
-                # the record before held a line that looks like a record start: join them
-                shape = self._record_shape(previous, end)
-                if shape:
-                    shapes[-1], begin = shape, end
-                    continue
-            if not shape:
-                return False
-            shapes.append(shape)
-            previous, begin = begin, end
-        return shapes[0] != _PLAIN and (at_end or _WHOLE in shapes)
+    def _converge(self, rec: int, step: _Step, memo: _Memo, cache: dict[int, _Step]) -> int | None:
+        """The first record start after the damaged record at ``rec`` that every hypothesis
+        reaches (None until more bytes are read). Hypotheses are taken in file order: those
+        from clean records in a heap, the record-like lines inside damaged records as one
+        stretch (all of them up to ``reach``)."""
+        buf = self._buf
+        starts = (m.start() + 1 for m in self._start.finditer(buf, rec))
+        heap: list[int] = []
+        queued: set[int] = set()
+        reach, cur, cand = 0, rec, next(starts, None)
+        while True:
+            if step.damaged:
+                reach = max(reach, step.end)
+            if (not step.damaged or step.to_end) and step.end not in queued:
+                queued.add(step.end)
+                heapq.heappush(heap, step.end)
+            while cand is not None and cand <= cur:
+                cand = next(starts, None)
+            implicit = cand if cand is not None and cand < reach else None
+            if implicit is not None and (not heap or implicit < heap[0]):
+                cur = implicit
+            else:
+                cur = heapq.heappop(heap)
+                queued.discard(cur)
+                if cur == implicit:
+                    cand = next(starts, None)
+            while cand is not None and cand <= cur:
+                cand = next(starts, None)
+            if (not heap and (cand is None or cand >= reach)) or cur >= len(buf):
+                return cur
+            found = self._step(cur, memo)
+            if found is None:
+                return None
+            step = cache[cur] = found
 
-    def _record_shape(self, start: int, end: int) -> int:
-        """What ``buf[start:end]`` is: :data:`_WHOLE`, one clean record of the file's column
-        count with a quoted field; :data:`_OPEN`, one of the file's column count whose last
-        field holds text up to ``end`` (a further damaged record); :data:`_PLAIN`, another
-        clean record; 0, something else."""
-        parsed = _parse_record(self._buf, start, end)
-        if parsed.inside:  # a line of text may end in ',"': a damaged record holds text
-            text = self._buf[parsed.end : end].strip()
-            return _OPEN if parsed.fields == self._columns and text else 0
-        if not parsed.clean or self._buf[parsed.end : end].strip(b"\r\n"):
-            return 0
-        return _WHOLE if parsed.fields == self._columns and parsed.quoted else _PLAIN
+    def _count(self, pos: int, to: int, cache: dict[int, _Step]) -> int:
+        """The records from ``pos`` to ``to``: a damaged record is taken to end at the first
+        line inside it that starts a record of the file's shape (well formed with its column
+        count, or damaged itself), else at its first record-like line. Blank lines are not
+        records. (Which lines of a damaged stretch were records cannot always be told.)"""
+        starts = sorted({*cache, to})  # every hypothesis reaches ``to``: a record start
+        count = 0
+        while pos < to and pos in cache:
+            count += self._buf[pos] not in b"\r\n"
+            step = cache[pos]
+            if not step.damaged:
+                pos = step.end
+                continue
+            nxt = step.first or step.end
+            for at in itertools.islice(starts, bisect.bisect_right(starts, pos), None):
+                if at >= step.end:
+                    break
+                if at == to or cache[at].damaged or cache[at].whole:
+                    nxt = at
+                    break
+            pos = nxt
+        return max(count, 1)
 
-    def _close_quote(self, at: int) -> None:
-        cut = at - 2 if self._buf.startswith(b"\r\n", at - 2) else at - 1
-        mark = _SENTINEL + b'"'
-        self._buf = self._buf[:cut] + mark + self._buf[cut:]
-        self._cands = deque(c + len(mark) for c in self._cands)
-        self._scanned += len(mark)
-        self.repaired += 1
 
-    def _emit(self, upto: int) -> None:
-        """Pass ``_buf[:upto]`` on (without copying it) and keep the rest."""
-        if upto <= 0:
-            return
-        view = memoryview(self._buf)
-        self._ready.append(view[:upto])
-        self._buf = bytes(view[upto:])
-        self._rec = max(0, self._rec - upto)
-        self._scanned = max(0, self._scanned - upto)
-        self._cands = deque(c - upto for c in self._cands if c >= upto)
+class _Step(NamedTuple):
+    """A record as :meth:`_QuoteRepair._step` finds it."""
+
+    end: int
+    first: int  # the first record-like line inside it (0: none)
+    damaged: bool
+    to_end: bool  # damaged, and the file ends inside its quote
+    whole: bool  # well formed, of the file's column count
+
+
+_Memo = dict[int, tuple[int, int, bool, bool]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1505,7 +1575,7 @@ def _jsonl_chunk(
 def _jsonl_record(line: bytes, cols: dict[str, str], encoding: str) -> dict[str, str | None]:
     try:
         text = line.decode(encoding).lstrip("\ufeff")
-    except UnicodeDecodeError:
+    except UnicodeError:
         raise _BadValue(None, _undecodable_reason(encoding)) from None
     try:
         obj = json.loads(text)
