@@ -771,7 +771,10 @@ def _unchanged(
 
 def _dataset_source(ds: pads.Dataset, batch_size: int, name: str) -> BatchSource:
     def ds_batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        yield from ds.to_batches(columns=columns, batch_size=batch_size)
+        # Little read-ahead: a stage's memory should be its own work, not buffered input.
+        yield from ds.to_batches(
+            columns=columns, batch_size=batch_size, batch_readahead=1, fragment_readahead=1
+        )
 
     return BatchSource(ds_batches, ds.schema, True, name, ds.count_rows())
 
