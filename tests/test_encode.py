@@ -332,3 +332,33 @@ def test_long_notes_are_tokenised_by_pieces_with_the_same_tokens(
     unsafe.normalizer = None
     unsafe.pre_tokenizer = pre_tokenizers.Metaspace(split=False)
     assert not stage._splittable(unsafe)
+
+
+@pytest.mark.parametrize("loader", ["phisieve", "transformers"])
+def test_special_token_text_in_a_note_is_plain_text(minilm, loader):
+    """A note that writes "[SEP]", "[CLS]" or "[MASK]" gets the word pieces of those
+    characters: the only special ids in a sequence are the ones encode adds."""
+    from phisieve.encode import encode_batches
+    from phisieve.encode.stage import _open_tokenizer
+
+    tok = _open_tokenizer(minilm) if loader == "phisieve" else load_tokenizer(minilm)
+    docs = pa.table(
+        {
+            "doc_id": ["d"],
+            "patient_id": ["p"],
+            "text": ["Pt said [SEP] then [MASK] and [CLS] x"],
+        }
+    )
+    out = pa.Table.from_batches(list(encode_batches(docs, tok, max_len=64)))
+    backend = copy.deepcopy(tok.backend_tokenizer)
+    backend.no_padding()
+
+    def plain(*words: str) -> list[int]:  # each word alone is no special token
+        return [i for w in words for i in backend.encode(w, add_special_tokens=False).ids]
+
+    words = ("Pt said", "[", "SEP", "]", "then", "[", "MASK", "]", "and", "[", "CLS", "]", "x")
+    cls, sep = 101, 102
+    assert out.column("input_ids").to_pylist() == [[cls, *plain(*words), sep]]
+    assert plain("[", "SEP", "]") == [1031, 19802, 1033]
+    # The caller's tokenizer is left as it was.
+    assert backend.encode("[SEP]", add_special_tokens=False).ids == [sep]

@@ -60,8 +60,6 @@ ENCODED = pa.schema(
 ``word_ids`` number the words of a sequence 0, 1, 2...; -1 marks tokens outside any word
 (special tokens, punctuation)."""
 
-"""Name of the file, beside the parts, that records how a dataset was encoded."""
-
 
 def load_tokenizer(path: str | Path) -> Any:
     """Load a Hugging Face fast tokenizer from a local folder or a ``tokenizer.json`` file.
@@ -601,6 +599,10 @@ def encode_batches(
     backend = copy.deepcopy(tokenizer.backend_tokenizer)
     backend.no_truncation()
     backend.no_padding()
+    # Note text is text: a note that says "[SEP]" or "[MASK]" gets the tokens of those
+    # characters, never the special ids (which would end a sequence early, or plant a mask
+    # the model is trained to fill).
+    backend.encode_special_tokens = True
     splittable = _splittable(backend)
     marker = None
     direct_terms = pa.array([], pa.string())
