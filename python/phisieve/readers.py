@@ -379,7 +379,6 @@ def ingest(
         encoding=encoding,
     )
     out = Path(out)
-    _check_output(stream.path, out)
     inputs = {"notes": source_identity(stream.path)}
     options = {"format": stream.fmt, "encoding": stream.encoding}
     check_output(out, overwrite, inputs)
@@ -564,12 +563,6 @@ def _file_stem(root: Path, file: Path) -> str:
 
 def _total_size(files: list[Path]) -> int:
     return sum(f.stat().st_size for f in files)
-
-
-def _check_output(src: Path, out: Path) -> None:
-    src, dst = src.resolve(), out.resolve()
-    if dst == src or dst in src.parents or src in dst.parents:
-        raise InputError("the output folder must not be, contain or lie in the input", path=out)
 
 
 def _resolve_columns(

@@ -174,19 +174,9 @@ def _read_rows(budget: int | None, batch_size: int) -> int:
 
 
 def _lean_source(src: BatchSource, rows: int) -> BatchSource:
-    """``src`` read from disk in batches of ``rows`` rows, file by file, without read-ahead
-    or pre-buffering (a dataset scan decodes whole row groups ahead: a 50 MB corpus in one
-    row group costs 150 MB before the first batch). Sources already in memory are kept."""
-    if src.path is None:
-        return src
-    files = dataset_files(src.path)
-
-    def batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        for f in files:
-            with pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False) as pf:
-                yield from pf.iter_batches(batch_size=rows, columns=columns, use_threads=False)
-
-    return BatchSource(batches, src.schema, True, src.name, src.num_rows, src.path)
+    """``src`` re-opened to read batches of ``rows`` rows (a source on disk; one in memory
+    is kept)."""
+    return src if src.path is None else open_source(src.path, rows)
 
 
 def _pieces(
@@ -361,8 +351,7 @@ def index(
         span_words.add(*columns, normalize)
 
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
-        # Parquet is read without read-ahead (the dataset scanner decodes whole row groups
-        # ahead: 150 MB for a 50 MB corpus), in small batches under a budget.
+        # In small batches under a budget.
         rows = _read_rows(budget, batch_size)
         src = _lean_source(src, rows)
         if src.reiterable and not is_grouped(src, patient_col):
