@@ -9,7 +9,7 @@ SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml
 export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
 
-.PHONY: demo test test-rust test-python bench lint build clean
+.PHONY: demo test test-rust test-python bench lint build clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python $(SOURCES)
 	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
-	    $(BIN)/maturin develop --release --extras dev,torch,ner --quiet
+	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit --quiet
 	touch $(STAMP)
 
 build: $(STAMP)
@@ -31,7 +31,14 @@ test: test-rust test-python
 test-rust:
 	cargo test --release -p phisieve-core --quiet
 
-test-python: build
+# The audit report's test opens it in headless Chromium: Debian's package, installed when missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
+
+test-python: build chromium
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "test corpus not found at $(PHISIEVE_TEST_CORPUS) (set PHISIEVE_TEST_CORPUS)"; exit 1; }
 	$(BIN)/python -m pytest -q
 

@@ -617,6 +617,21 @@ def train(
             "and --spans (nothing protected)."
         ),
     ] = False,
+    untie_output: Annotated[
+        bool,
+        typer.Option(
+            help="Give the output layer its own copy of the input embeddings (BERT and GPT-2 "
+            "tie them, so protected words seen as context move their output scores). Not "
+            "with --dp."
+        ),
+    ] = False,
+    hide_protected_input: Annotated[
+        bool,
+        typer.Option(
+            help="Show the words the objective protects as [MASK] (the padding token when "
+            "the tokenizer has none) in the input too."
+        ),
+    ] = False,
 ) -> None:
     """Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving)
     objective; writes the model, metrics.jsonl and train.json to OUT."""
@@ -636,7 +651,12 @@ def train(
         num_workers=num_workers,
         device=device,
         checkpoint_every=checkpoint_every,
-        masking=MaskingConfig(probability=mask_probability, mask_only=mask_only),
+        masking=MaskingConfig(
+            probability=mask_probability,
+            mask_only=mask_only,
+            hide_protected_input=hide_protected_input,
+        ),
+        untie_output=untie_output,
         dp=DPConfig(noise_multiplier, max_grad_norm, max_per_patient, delta) if dp else None,
         allow_unprotected=allow_unprotected,
     )
@@ -648,6 +668,145 @@ def train(
     if "dp" in s:
         line += f"; DP-SGD ε = {s['dp']['epsilon']:.2f} at δ = {s['dp']['delta']:.2g}"
     out_console.print(line + f"; model written to {out}")
+
+
+@app.command()
+def split(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
+    out: Out,
+    by: Annotated[str, typer.Option(help="patient (or document).")] = "patient",
+    fractions: Annotated[
+        str, typer.Option(help="NAME=SHARE,... summing to 1.")
+    ] = "members=0.6,reference=0.2,heldout=0.2",
+    seed: Annotated[int, typer.Option(help="Key of the patient hash.")] = 0,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+) -> None:
+    """Split documents by patient into datasets OUT/<name>/ (members, reference, held-out
+    patients for an audit)."""
+    from .audit.split import split_command
+
+    split_command(docs, out, by, fractions, seed, overwrite, quiet)
+
+
+@app.command()
+def canaries(
+    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
+    out: Out,
+    secret_file: Annotated[Path, typer.Option(help="File holding the secret key.")],
+    n: Annotated[int, typer.Option("--n", help="Canaries in all.")] = 100,
+    repeats: Annotated[str, typer.Option(help="Repetition counts, e.g. 1,4,16.")] = "1,4,16",
+    kinds: Annotated[str, typer.Option(help="Secret kinds: name, date, mrn.")] = "name,date,mrn",
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+) -> None:
+    """Insert canary sentences carrying random dummy-PHI secrets into chosen patients' notes
+    (each repeated 1, 4, 16... times); `phisieve audit --canaries OUT` measures their
+    exposure."""
+    from .audit.canaries import canaries_command
+
+    m = canaries_command(docs, out, n, repeats, kinds, secret_file, overwrite, quiet)
+    out_console.print(
+        f"{m['canaries']} canaries ({m['insertions']} insertions) in {m['patients']} patients' "
+        f"notes written to {out}; their secrets are in {side_file(out, 'canaries.parquet')}"
+    )
+
+
+@app.command()
+def audit(
+    out: Out,
+    model: Annotated[Path | None, typer.Option(help="The trained model folder.")] = None,
+    members: Annotated[
+        Path | None, typer.Option(help="Encoded dataset of the model's training patients.")
+    ] = None,
+    non_members: Annotated[
+        Path | None, typer.Option(help="Encoded dataset of patients it never saw.")
+    ] = None,
+    reference_model: Annotated[
+        Path | None, typer.Option(help="Same architecture trained on the reference split.")
+    ] = None,
+    canaries: Annotated[
+        Path | None, typer.Option(help="`phisieve canaries` output the model trained on.")
+    ] = None,
+    docs: Annotated[
+        Path | None, typer.Option(help="Members' documents (model inversion of name slots).")
+    ] = None,
+    spans: Annotated[
+        Path | None, typer.Option(help="Name spans of --docs (default: its spans column).")
+    ] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Tokenizer the data was encoded with.")
+    ] = None,
+    compare: Annotated[
+        list[Path] | None,
+        typer.Option(help="Report folders to show side by side (instead of auditing)."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda...")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 32,
+    seed: Annotated[int, typer.Option(help="Seed of masks, samples and bootstrap.")] = 0,
+    max_identifiers: Annotated[
+        int, typer.Option(help="Identifier occurrences scored per side (0: all).")
+    ] = 20_000,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples over patients.")] = 1000,
+    show_identifiers: Annotated[
+        bool, typer.Option(help="Show the text of the most recovered identifiers.")
+    ] = False,
+    label: Annotated[str | None, typer.Option(help="Model name shown in reports.")] = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+) -> None:
+    """Audit a trained model for leakage of its patients (OUT/audit.json, OUT/index.html),
+    or with --compare put earlier reports side by side."""
+    if compare:
+        from .audit.report import compare_reports
+
+        page = compare_reports(list(compare), out)
+        out_console.print(f"comparison of {len(compare)} reports: {page}")
+        return
+    if model is None or members is None or non_members is None:
+        raise ConfigError("audit needs --model, --members and --non-members (or --compare)")
+    from .audit.run import audit as run
+
+    r = run(
+        model,
+        members,
+        non_members,
+        reference_model=reference_model,
+        canaries=canaries,
+        docs=docs,
+        spans=spans,
+        tokenizer=tokenizer,
+        out=out,
+        device=device,
+        batch_size=batch_size,
+        seed=seed,
+        max_identifiers=max_identifiers or None,
+        n_boot=n_boot,
+        show_identifiers=show_identifiers,
+        label=label,
+        overwrite=overwrite,
+        progress=not quiet,
+    )
+    print_verdict(r.data)
+    out_console.print(f"report: {r.html}")
+
+
+def print_verdict(data: dict[str, Any]) -> None:
+    """The audit's verdict table on the console."""
+    table = Table(title=f"audit of {data['model']['label']}")
+    for col in ("measure", "value", "95% CI", "reading"):
+        table.add_column(col)
+    colour = {"ok": "green", "warn": "yellow", "bad": "red", "info": "blue"}
+    for v in data["verdict"]:
+        value = "—" if v["value"] is None else f"{v['value']:.3f}"
+        ci = "" if not v["ci"] else f"[{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+        table.add_row(
+            f"[{colour.get(v['level'], 'white')}]{escape(v['measure'])}[/]",
+            value,
+            ci,
+            escape(v["reading"]),
+        )
+    out_console.print(table)
 
 
 def print_index_summary(stats: dict[str, Any]) -> None:

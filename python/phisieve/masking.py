@@ -102,14 +102,59 @@ def check_protection(
 
 @dataclass(frozen=True)
 class MaskingConfig:
-    """Masked-LM parameters: ``probability`` of eligible words masked (exactly
+    """How batches are built. Masked LM: ``probability`` of eligible words masked (exactly
     ``round(p × eligible)`` per sequence) and the 80/10/10 replacement split;
-    ``mask_only=True`` always uses the mask token (as the PPMLM paper did)."""
+    ``mask_only=True`` always uses the mask token (as the PPMLM paper did).
+
+    ``hide_protected_input=True`` (privacy-preserving objectives, masked or causal) also
+    hides the protected words from the input: every token of a word the objective protects
+    is replaced by the mask token (the padding token for a tokenizer without one, e.g.
+    GPT-2's), so protected words are neither targets nor context. Labels are unchanged and
+    the other positions are exactly those of the same batch without it. Without it,
+    protected words stay in the context (DESIGN.md §4), and with tied input/output embeddings
+    their training as context also moves their output scores.
+    """
 
     probability: float = 0.15
     replace_mask: float = 0.8
     replace_random: float = 0.1
     mask_only: bool = False
+    hide_protected_input: bool = False
+
+
+PROTECT_FLAG = {"all": "protected", "direct": "direct", "indirect": "indirect"}
+"""The ``encoded`` column of the flag each protection reads."""
+
+
+def check_masking(objective: Objective, masking: MaskingConfig) -> None:
+    """Refuse ``hide_protected_input`` with an objective that protects nothing (it would
+    hide nothing)."""
+    if masking.hide_protected_input and objective.protect == "nothing":
+        raise ConfigError(
+            f"hide_protected_input (--hide-protected-input) hides the words a "
+            f"privacy-preserving objective protects; objective {objective.name} protects "
+            "nothing"
+        )
+
+
+def hidden_positions(rows: pa.RecordBatch, flag: str, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, position) indices, in a batch of ``rows`` padded to ``length`` with each row
+    left-aligned (as :func:`make_batch` lays them out), of every token that ``flag`` marks or
+    that belongs to a word (``word_ids`` >= 0) one of whose tokens it marks."""
+    flags_col, words_col = rows.column(flag), rows.column("word_ids")
+    lengths = pc.list_value_length(flags_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    flags = pc.list_flatten(flags_col).to_numpy(zero_copy_only=False).astype(bool)
+    words = pc.list_flatten(words_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(len(flags), dtype=np.int64) - np.repeat(starts, lengths)
+    if len(pos) and pos.max() >= length:  # pragma: no cover - mask_batch refuses these first
+        raise ConfigError(f"a sequence is longer than the batch length {length}")
+    stride = int(words.max(initial=0)) + 2
+    keys = row * stride + words
+    flagged_words = keys[flags & (words >= 0)]
+    hide = flags | ((words >= 0) & np.isin(keys, flagged_words))
+    return row[hide], pos[hide]
 
 
 def make_batch(
@@ -127,6 +172,10 @@ def make_batch(
 ) -> dict[str, np.ndarray]:
     """Build one training batch from ``encoded`` rows.
 
+    With ``masking.hide_protected_input`` the protected words of the input are then replaced
+    by ``mask_id`` (``pad_id`` when ``mask_id`` is None: causal tokenizers without a mask
+    token); see :class:`MaskingConfig`.
+
     Returns
     -------
     dict
@@ -141,6 +190,7 @@ def make_batch(
         raise ConfigError(
             f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
         )
+    check_masking(objective, masking)
     require_columns(rows.schema, ENCODED_COLUMNS, "encoded batch")
     col = rows.column
     replace_mask = 1.0 if masking.mask_only else masking.replace_mask
@@ -171,6 +221,9 @@ def make_batch(
         "attention_mask": np.array(attention.to_numpy().reshape(shape)),
         "labels": np.array(labels.to_numpy().reshape(shape)),
     }
+    if masking.hide_protected_input:
+        r, p = hidden_positions(rows, PROTECT_FLAG[objective.protect], length)
+        out["input_ids"][r, p] = pad_id if mask_id is None else mask_id
     if return_seq_ids:
         out["seq_id"] = col("seq_id").to_numpy().astype(np.int64)
     return out

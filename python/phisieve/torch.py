@@ -31,6 +31,7 @@ from .masking import (
     MaskingConfig,
     Objective,
     batch_length,
+    check_masking,
     check_protection,
     make_batch,
     objective,
@@ -175,7 +176,8 @@ class MaskedBatches:
         ``"max_len"`` pads every batch to the dataset's ``max_len``; an int pads to the longest
         row rounded up to a multiple of it.
     masking
-        Masked-LM probability and replacement split (:class:`phisieve.masking.MaskingConfig`).
+        Masked-LM probability and replacement split, and whether protected words are hidden
+        from the input (:class:`phisieve.masking.MaskingConfig`).
     rank, world_size
         Distributed training: this process gets batches ``rank, rank + world_size, ...``
         (defaults from ``torch.distributed`` when initialised). Every rank gets the same
@@ -328,6 +330,7 @@ class PrivacyMaskingCollator:
         self.objective = _objective(objective, causal, self.encoding, allow_unprotected)
         self.seed, self.epoch = seed, epoch
         self.masking = masking or MaskingConfig()
+        check_masking(self.objective, self.masking)
         self.pad_to = pad_to
         self.return_seq_ids = return_seq_ids
 

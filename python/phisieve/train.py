@@ -19,7 +19,7 @@ from typing import Any
 
 from .encode import read_encoding
 from .errors import ConfigError, MissingDependencyError
-from .masking import MaskingConfig, check_protection, objective
+from .masking import MaskingConfig, check_masking, check_protection, objective
 
 
 @dataclass
@@ -58,6 +58,12 @@ class TrainConfig:
     allow_unprotected: bool = False
     """Train a privacy-preserving objective on a dataset that protects nothing (refused by
     default: it would silently train plain MLM/CLM)."""
+    untie_output: bool = False
+    """Give the output layer its own weight before training when it is tied to the input
+    embeddings (BERT, GPT-2), initialised as a copy of them: a protected word, never a target,
+    still trains as context, and through tied embeddings that moves its output score too
+    (DESIGN.md §4). The saved model keeps them untied (``tie_word_embeddings = False``).
+    Refused with DP-SGD, which freezes both (nothing trains through them)."""
 
 
 def load_model(path: str | Path, causal: bool) -> Any:
@@ -90,7 +96,8 @@ def train(
 
     Writes the final model (and tokenizer-free config) to ``out``, checkpoints to
     ``out/checkpoint-<step>``, ``out/metrics.jsonl`` (one line per optimizer step) and
-    ``out/train.json`` (the settings, final loss and, under DP, ε and δ).
+    ``out/train.json`` (the settings, final loss, ``output_untied`` (whether
+    ``untie_output`` found tied embeddings to untie) and, under DP, ε and δ).
 
     Returns
     -------
@@ -111,6 +118,12 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
     encoding = read_encoding(encoded)
     obj = objective(cfg.objective)
     check_protection(obj, encoding, cfg.allow_unprotected)
+    check_masking(obj, cfg.masking)
+    if cfg.untie_output and cfg.dp is not None:
+        raise ConfigError(
+            "untie_output (--untie-output) has no effect under DP-SGD: it freezes the token "
+            "embeddings and the output layer, so nothing trains through their tie"
+        )
     if isinstance(model, (str, Path)):
         model = load_model(model, obj.causal)
     kind = type(model).__name__
@@ -129,6 +142,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     device = _device(cfg.device)
+    untied = untie_output_embeddings(model) if cfg.untie_output else None
     model.to(device)
     model.train()
     use_amp = cfg.amp and device.type == "cuda"
@@ -245,13 +259,13 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
                 log.flush()
                 window, tokens = [], 0
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    _unwrap(model).save_pretrained(out / f"checkpoint-{step}")
+                    _save(model, out / f"checkpoint-{step}", untied)
                 if step >= total:
                     break
             epoch += 1
     finally:
         log.close()
-    _unwrap(model).save_pretrained(out)
+    _save(model, out, untied)
     summary: dict[str, Any] = {
         "objective": obj.name,
         "steps": step,
@@ -263,6 +277,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
         "encoding": encoding,
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("masking", "dp")},
         "masking": asdict(cfg.masking),
+        "output_untied": untied is not None,
     }
     if engine is not None and cfg.dp is not None and rows is not None:
         delta = cfg.dp.delta or 1.0 / max(1, rows.patients)
@@ -298,6 +313,75 @@ def _freeze_for_dp(model: Any) -> list[str]:
                 p.requires_grad_(False)
                 frozen.append(f"{name}.{pname}")
     return frozen
+
+
+@dataclass
+class Untied:
+    """What :func:`untie_output_embeddings` did: the output layer's parameters that other
+    modules also held, as (the output layer's own copy, the parameter the others still
+    hold). :meth:`sync` copies the trained values back into the latter before saving (BERT's
+    head keeps its output bias twice: ``cls.predictions.bias`` and the decoder's bias)."""
+
+    aliases: list[tuple[Any, Any]] = field(default_factory=list, repr=False)
+
+    def sync(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for own, other in self.aliases:
+                other.copy_(own)
+
+
+def untie_output_embeddings(model: Any) -> Untied | None:
+    """Give ``model``'s output layer its own weight when it is tied to the input embeddings.
+
+    The new weight is a copy of the input embeddings (so the model computes exactly what it
+    did); any other parameter the output layer shares (BERT's output bias) gets its own copy
+    too. ``model.config.tie_word_embeddings`` becomes False, so ``save_pretrained`` writes
+    both and ``from_pretrained`` loads them untied.
+
+    Returns
+    -------
+    Untied or None
+        None when the model has no output layer tied to its input embeddings (nothing done).
+    """
+    import torch
+
+    inp = model.get_input_embeddings()
+    out = model.get_output_embeddings()
+    if inp is None or out is None or getattr(out, "weight", None) is not inp.weight:
+        return None
+    own_params = dict(out.named_parameters(recurse=False))
+    shared = {id(p) for p in own_params.values()}
+    held = set()
+    for module in model.modules():
+        if module is not out:
+            held |= {id(p) for p in module.parameters(recurse=False)} & shared
+    out_name = next(n for n, m in model.named_modules() if m is out)
+    untied = Untied()
+    for name, p in own_params.items():
+        if id(p) not in held:
+            continue
+        own = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+        setattr(out, name, own)
+        if p is not inp.weight:
+            untied.aliases.append((own, p))
+        tied = getattr(model, "all_tied_weights_keys", None)  # transformers >= 5
+        if isinstance(tied, dict):
+            tied.pop(f"{out_name}.{name}", None)
+    configs = [model.config]
+    if hasattr(model.config, "get_text_config"):
+        configs.append(model.config.get_text_config())
+    for config in configs:
+        config.tie_word_embeddings = False
+    return untied
+
+
+def _save(model: Any, path: Path, untied: Untied | None) -> None:
+    """Save the Hugging Face model (inside any Opacus wrapper) to ``path``."""
+    if untied is not None:
+        untied.sync()
+    _unwrap(model).save_pretrained(path)
 
 
 def _unwrap(model: Any) -> Any:

@@ -1,0 +1,610 @@
+"""Canaries (Carlini et al. 2019, "The Secret Sharer"): random dummy PHI planted in notes.
+
+``phisieve canaries`` appends synthetic sentences that carry random secrets (a full name, a
+date, a record number) to chosen patients' notes, each canary repeated ``r`` times for ``r``
+in a list of repeat counts (1, 4, 16 by default), and records every canary in the side file
+``canaries.parquet``. A model trained on the output is then audited for how much it prefers
+each planted secret over the other values of its kind: the canary's *exposure*,
+``log2 |R| - log2 rank``, where ``R`` is the kind's space of secrets (:data:`KINDS`) and the
+rank is estimated on :func:`candidates` drawn from it.
+
+Every choice is a pure function of the secret key and the input (HMAC-SHA256 keyed draws,
+:func:`phisieve._core.keyed_draws`): the patients that receive canaries, the secrets, and so
+the output bytes. Without the key the canaries cannot be recomputed from the input; the key
+never travels with the output, and nothing the stage writes or raises shows a secret except
+the side file, whose very purpose is to hold them (keep it away from the people the trained
+model is shared with).
+
+Canaries are appended to the end of notes after a newline, so every character offset of the
+existing text (a gold ``spans`` column, for instance) stays valid.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .. import _core
+from ..dataset import (
+    DatasetWriter,
+    check_dataset,
+    check_inputs,
+    check_output,
+    open_source,
+    require_columns,
+    side_file,
+)
+from ..errors import ConfigError, InputError
+from ..progress import progress_bar
+from ..surrogate import check_secret, read_secret
+
+__all__ = [
+    "CANARIES_FILE",
+    "CANARY_SCHEMA",
+    "KINDS",
+    "CanaryKind",
+    "canaries_command",
+    "candidate_indices",
+    "candidates",
+    "insert_canaries",
+    "read_canaries",
+    "secret_at",
+    "secrets_at",
+    "space_size",
+]
+
+CANARIES_FILE = "canaries.parquet"
+"""The side file (in ``out.meta/``) that lists the canaries of a ``canaries`` output."""
+NAMES_PER_LIST = 1000
+"""First names and last names in the ``name`` kind's lists (the most frequent census ones)."""
+FIRST_DAY = date(1900, 1, 1)
+LAST_DAY = date(2099, 12, 31)
+"""The ``date`` kind's range (both ends included)."""
+MRN_DIGITS = 7
+"""The ``mrn`` kind's width (leading zeros allowed)."""
+_VERSION = "phisieve-canaries-v1"
+_SORT_SHARE = 4
+""":func:`candidates` shuffles the whole space when it asks for more than 1/4 of it."""
+
+
+@dataclass(frozen=True)
+class CanaryKind:
+    """A kind of canary: its sentence ``prefix + secret + suffix`` and its secret space.
+
+    Attributes
+    ----------
+    name
+        The kind (``"name"``, ``"date"``, ``"mrn"``).
+    prefix, suffix
+        The template text before and after the secret.
+    space
+        ``|R|``, the number of possible secrets (:func:`secret_at` maps ``0 .. space - 1``
+        onto them one to one).
+    description
+        What the secret is, in words.
+    """
+
+    name: str
+    prefix: str
+    suffix: str
+    space: int
+    description: str
+
+    def sentence(self, secret: str) -> str:
+        """The canary sentence that carries ``secret``."""
+        return f"{self.prefix}{secret}{self.suffix}"
+
+
+KINDS: dict[str, CanaryKind] = {
+    "name": CanaryKind(
+        "name",
+        "Emergency contact on file: ",
+        ".",
+        NAMES_PER_LIST**2,
+        "'First Last' from the 1000 most frequent US census first and last names",
+    ),
+    "date": CanaryKind(
+        "date",
+        "Follow-up visit scheduled for ",
+        ".",
+        (LAST_DAY - FIRST_DAY).days + 1,
+        f"a day from {FIRST_DAY:%m/%d/%Y} to {LAST_DAY:%m/%d/%Y}, written MM/DD/YYYY",
+    ),
+    "mrn": CanaryKind(
+        "mrn",
+        "Medical record number ",
+        " confirmed.",
+        10**MRN_DIGITS,
+        f"a {MRN_DIGITS}-digit number, leading zeros allowed",
+    ),
+}
+"""The canary kinds, by name."""
+
+CANARY_SCHEMA = pa.schema(
+    [
+        pa.field("canary_id", pa.string(), nullable=False),
+        pa.field("patient_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("secret", pa.string(), nullable=False),
+        pa.field("prefix", pa.string(), nullable=False),
+        pa.field("suffix", pa.string(), nullable=False),
+        pa.field("repeats", pa.int32(), nullable=False),
+        pa.field("doc_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("space", pa.int64(), nullable=False),
+    ]
+)
+"""Schema of ``canaries.parquet`` (``doc_ids`` takes the type of the input's ``doc_id``)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Secret spaces
+
+
+def _kind(kind: str) -> CanaryKind:
+    try:
+        return KINDS[kind]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown canary kind {kind!r} (known: {', '.join(KINDS)})") from None
+
+
+@cache
+def _census_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``name`` kind's first and last names: the :data:`NAMES_PER_LIST` most frequent of
+    the ``names`` package's census files (first names: male and female shares added; ties
+    by name), then sorted alphabetically and title-cased."""
+    try:
+        import names
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError("name canaries need the `names` package: pip install names") from None
+    root = Path(names.__file__).parent
+
+    def shares(fname: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in (root / fname).read_text(encoding="ascii").splitlines():
+            fields = line.split()
+            if len(fields) >= 2 and len(fields[0]) >= 2 and fields[0].isalpha():
+                out[fields[0]] = out.get(fields[0], 0.0) + float(fields[1])
+        return out
+
+    def top(freq: dict[str, float]) -> tuple[str, ...]:
+        best = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMES_PER_LIST]
+        if len(best) < NAMES_PER_LIST:  # pragma: no cover - the census lists are long
+            raise ConfigError("the `names` package lists too few names for name canaries")
+        return tuple(sorted(w.capitalize() for w, _ in best))
+
+    first = shares("dist.male.first")
+    for word, share in shares("dist.female.first").items():
+        first[word] = first.get(word, 0.0) + share
+    return top(first), top(shares("dist.all.last"))
+
+
+def space_size(kind: str) -> int:
+    """``|R|``: how many secrets the canary kind ``kind`` can take."""
+    return _kind(kind).space
+
+
+def secrets_at(kind: str, indices: Iterable[int] | np.ndarray) -> list[str]:
+    """:func:`secret_at` of many indices at once (vectorised)."""
+    k = _kind(kind)
+    idx = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices))
+    if idx.size == 0:
+        return []
+    if idx.dtype.kind not in "iu":
+        raise ConfigError(f"secret indices must be integers, not {idx.dtype}")
+    idx = idx.astype(np.int64)
+    if int(idx.min()) < 0 or int(idx.max()) >= k.space:
+        raise ConfigError(f"a {kind} secret index is in 0 .. {k.space - 1}")
+    if kind == "name":
+        first, last = _census_lists()
+        return [
+            f"{first[i]} {last[j]}"
+            for i, j in zip(
+                (idx // NAMES_PER_LIST).tolist(), (idx % NAMES_PER_LIST).tolist(), strict=True
+            )
+        ]
+    if kind == "date":
+        days = np.datetime64(FIRST_DAY.isoformat(), "D") + idx
+        return [f"{s[5:7]}/{s[8:10]}/{s[:4]}" for s in np.datetime_as_string(days).tolist()]
+    return [f"{i:0{MRN_DIGITS}d}" for i in idx.tolist()]
+
+
+def secret_at(kind: str, index: int) -> str:
+    """The secret number ``index`` of ``kind`` (a bijection of ``0 .. space_size(kind) - 1``
+    onto the kind's secrets).
+
+    ``name``: ``first[index // 1000] + " " + last[index % 1000]`` over the alphabetical lists;
+    ``date``: the day ``index`` days after 01/01/1900, ``MM/DD/YYYY``; ``mrn``: ``index`` in 7
+    digits.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown kind or an index outside the space.
+    """
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise ConfigError(f"a secret index must be an integer, not {type(index).__name__}")
+    return secrets_at(kind, [int(index)])[0]
+
+
+def _draws(key: bytes, *parts: Sequence[str] | pa.Array) -> np.ndarray:
+    """Keyed ``uint64`` draws, one per row of ``parts`` (HMAC-SHA256 under ``key``)."""
+    arrays = [p if isinstance(p, pa.Array) else pa.array(list(p), pa.string()) for p in parts]
+    n = len(arrays[0])
+    version = pa.array([_VERSION] * n, pa.string())
+    return _core.keyed_draws(bytes(key), [version, *arrays]).to_numpy()
+
+
+def _counters(start: int, stop: int) -> pa.Array:
+    return pc.cast(pa.array(np.arange(start, stop, dtype=np.int64)), pa.string())
+
+
+def _const(value: str, n: int) -> pa.Array:
+    return pa.array([value] * n, pa.string())
+
+
+def candidate_indices(kind: str, n: int, key: bytes) -> np.ndarray:
+    """The indices (into :func:`secret_at`) behind :func:`candidates`."""
+    space = space_size(kind)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ConfigError(f"the number of candidates must be a non-negative integer, not {n!r}")
+    if not isinstance(key, (bytes, bytearray)):
+        raise ConfigError(f"the candidates' key must be bytes, not {type(key).__name__}")
+    n = int(n)
+    if n >= space - 1:
+        return np.arange(space, dtype=np.int64)
+    if n * _SORT_SHARE > space:
+        # A large share of the space: a keyed shuffle of all of it (ties broken by index).
+        draws = _draws(key, _const("shuffle", space), _const(kind, space), _counters(0, space))
+        return np.lexsort((np.arange(space), draws))[:n].astype(np.int64)
+    got = np.empty(0, dtype=np.int64)
+    counter = 0
+    while len(got) < n:
+        m = max(2 * (n - len(got)), 64)
+        draws = _draws(key, _const("sample", m), _const(kind, m), _counters(counter, counter + m))
+        counter += m
+        both = np.concatenate([got, (draws % np.uint64(space)).astype(np.int64)])
+        _, first = np.unique(both, return_index=True)
+        got = both[np.sort(first)][:n]
+    return got
+
+
+def candidates(kind: str, n: int, key: bytes) -> list[str]:
+    """``n`` distinct secrets of ``kind`` drawn uniformly without replacement from its space.
+
+    Deterministic in ``(kind, n, key)``: the audit passes a key of its own to estimate a
+    canary's rank among random values of its kind. The draw covers the whole space: the true
+    canary secret may be among the candidates, and the caller removes it before ranking (ask
+    for one more than needed). When ``n >= space_size(kind) - 1`` the whole space is returned
+    in index order (an exact rank).
+
+    Parameters
+    ----------
+    kind
+        A key of :data:`KINDS`.
+    n
+        How many candidates.
+    key
+        Bytes that seed the draw (any length).
+    """
+    return secrets_at(kind, candidate_indices(kind, n, key))
+
+
+# --------------------------------------------------------------------------------------------
+# The stage
+
+
+@dataclass(frozen=True)
+class _Canary:
+    canary_id: str
+    kind: str
+    repeats: int
+    patient_id: str
+    secret: str
+
+
+def _check_int(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ConfigError(f"{name} must be an integer of at least {least}, not {value!r}")
+    return int(value)
+
+
+def _check_plan(n: Any, repeats: Any, kinds: Any) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
+    n = _check_int("the number of canaries", n, 1)
+    reps = tuple(_check_int("a repeat count", r, 1) for r in repeats)
+    if not reps or len(set(reps)) != len(reps):
+        raise ConfigError(f"repeat counts must be distinct and at least one, not {list(reps)}")
+    ks = tuple(_kind(k).name for k in ([kinds] if isinstance(kinds, str) else kinds))
+    if not ks or len(set(ks)) != len(ks):
+        raise ConfigError(f"canary kinds must be distinct and at least one, not {list(ks)}")
+    return n, reps, ks
+
+
+def _plan(
+    secret: bytes, patients: list[str], n: int, repeats: tuple[int, ...], kinds: tuple[str, ...]
+) -> list[_Canary]:
+    """The canaries: ``n`` split evenly over the repeat counts (the first ones get one more
+    when it does not divide), kinds cycling within each repeat count, one patient each (the
+    ``n`` smallest keyed draws of the patient ids), secrets by keyed draw (distinct within a
+    kind: a draw that repeats an earlier canary's secret is drawn again)."""
+    m = len(patients)
+    order = _draws(secret, _const("patient", m), patients)
+    chosen = [p for _, p in sorted(zip(order.tolist(), patients, strict=True))[:n]]
+    width = max(3, len(str(n - 1)))
+    plan: list[tuple[str, str, int]] = []
+    for j, r in enumerate(repeats):
+        for i in range(n // len(repeats) + (j < n % len(repeats))):
+            plan.append((f"canary-{len(plan):0{width}d}", kinds[i % len(kinds)], r))
+    used: dict[str, set[int]] = {k: set() for k in kinds}
+    out = []
+    for (cid, kind, r), pid in zip(plan, chosen, strict=True):
+        space, attempt = space_size(kind), 0
+        while True:
+            draw = _draws(secret, ["secret"], [kind], [cid], [str(attempt)])[0]
+            index = int(draw % np.uint64(space))
+            if index not in used[kind]:
+                break
+            attempt += 1
+        used[kind].add(index)
+        out.append(_Canary(cid, kind, r, pid, secret_at(kind, index)))
+    return out
+
+
+def insert_canaries(
+    docs: Any,
+    out: str | os.PathLike[str],
+    secret: bytes,
+    *,
+    n: int = 100,
+    repeats: tuple[int, ...] = (1, 4, 16),
+    kinds: tuple[str, ...] = ("name", "date", "mrn"),
+    overwrite: bool = False,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Plant ``n`` canaries in a ``documents`` dataset and write it with their list.
+
+    Each canary goes to its own patient (chosen by ``HMAC-SHA256(secret, patient_id)``), its
+    secret is ``secret_at(kind, HMAC(secret, canary_id) mod space)``, and its sentence
+    (``prefix + secret + suffix``, :data:`KINDS`) is appended ``repeats`` times to the
+    patient's notes, round-robin over them in the order they come, each time after a
+    newline at the end of the note. Existing text keeps its offsets; other rows and columns
+    are unchanged. Three streaming reads of the input: the patients, the notes of the chosen
+    ones, then the copy.
+
+    Parameters
+    ----------
+    docs
+        A documents dataset folder, Parquet file or table (``doc_id``, ``patient_id``,
+        ``text``; other columns pass through).
+    out
+        The output folder (a documents dataset of the input's schema); the canaries are in
+        its side file ``canaries.parquet`` (:func:`read_canaries`). Never holds the key.
+    secret
+        The key: random, at least 32 bytes (:func:`phisieve.surrogate.check_secret`);
+        :func:`phisieve.surrogate.read_secret` reads it from a file.
+    n
+        How many canaries in all, split evenly over ``repeats``; at most the number of
+        patients.
+    repeats
+        Distinct repeat counts (insertions per canary).
+    kinds
+        Canary kinds (keys of :data:`KINDS`), cycled within each repeat count.
+    overwrite
+        Replace an existing output (atomically).
+    progress
+        Show progress bars.
+
+    Returns
+    -------
+    dict
+        The manifest, with ``canaries``, ``insertions``, ``patients`` (that received a
+        canary), ``corpus_patients``, ``notes_modified``, ``by_repeats`` and ``by_kind``
+        (counts; never a secret).
+
+    Raises
+    ------
+    ConfigError
+        A weak key, a bad option, or more canaries than patients.
+    InputError
+        A missing column, a one-shot stream, or a chosen note without text.
+    """
+    check_secret(secret)
+    n, repeats, kinds = _check_plan(n, repeats, kinds)
+    inputs = check_inputs(docs=docs)
+    check_output(out, overwrite, inputs)
+    src = open_source(docs, 4096)
+    require_columns(src.schema, ["doc_id", "patient_id", "text"], src.name)
+    if not src.reiterable:
+        raise InputError("the canaries stage reads its input three times: pass a dataset or table")
+
+    seen: set[str] = set()
+    with progress_bar("patients", total=src.num_rows, unit="documents", enabled=progress) as adv:
+        for b in src.batches(["patient_id"]):
+            seen.update(pc.unique(b.column(0).cast(pa.string())).drop_null().to_pylist())
+            adv(b.num_rows)
+    if n > len(seen):
+        raise ConfigError(
+            f"{n} canaries need {n} patients, one each; the documents have {len(seen)}: "
+            "ask for fewer canaries"
+        )
+    plan = _plan(secret, sorted(seen), n, repeats, kinds)
+    by_patient = {c.patient_id: c for c in plan}
+
+    # The chosen patients' notes, in order: (row in the input, doc_id).
+    notes: dict[str, list[tuple[int, Any]]] = {p: [] for p in by_patient}
+    chosen = pa.array(sorted(by_patient), pa.string())
+    row = 0
+    for b in src.batches(["patient_id", "doc_id"]):
+        pid = b.column(0).cast(pa.string())
+        hits = np.flatnonzero(pc.is_in(pid, value_set=chosen).to_numpy(zero_copy_only=False))
+        if hits.size:
+            idx = pa.array(hits)
+            pids = pid.take(idx).to_pylist()
+            dids = b.column(1).take(idx).to_pylist()
+            for h, p, d in zip(hits.tolist(), pids, dids, strict=True):
+                notes[p].append((row + h, d))
+        row += b.num_rows
+
+    appended: dict[int, list[str]] = {}
+    doc_ids: dict[str, list[Any]] = {}
+    for c in plan:
+        sentence = KINDS[c.kind].sentence(c.secret)
+        where = [notes[c.patient_id][k % len(notes[c.patient_id])] for k in range(c.repeats)]
+        for r, _ in where:
+            appended.setdefault(r, []).append("\n" + sentence)
+        doc_ids[c.canary_id] = [d for _, d in where]
+
+    doc_type = src.schema.field("doc_id").type
+    table = pa.table(
+        {
+            "canary_id": [c.canary_id for c in plan],
+            "patient_id": [c.patient_id for c in plan],
+            "kind": [c.kind for c in plan],
+            "secret": [c.secret for c in plan],
+            "prefix": [KINDS[c.kind].prefix for c in plan],
+            "suffix": [KINDS[c.kind].suffix for c in plan],
+            "repeats": pa.array([c.repeats for c in plan], pa.int32()),
+            "doc_ids": pa.array([doc_ids[c.canary_id] for c in plan], pa.list_(doc_type)),
+            "space": pa.array([KINDS[c.kind].space for c in plan], pa.int64()),
+        },
+        schema=pa.schema(
+            [f if f.name != "doc_ids" else f.with_type(pa.list_(doc_type)) for f in CANARY_SCHEMA]
+        ),
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+
+    stats = {
+        "canaries": len(plan),
+        "insertions": sum(c.repeats for c in plan),
+        "patients": len(by_patient),
+        "corpus_patients": len(seen),
+        "notes_modified": len(appended),
+        "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
+        "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
+    }
+    options = {"n": n, "repeats": list(repeats), "kinds": list(kinds)}
+    text_at = src.schema.get_field_index("text")
+    with (
+        DatasetWriter(
+            Path(out),
+            src.schema,
+            stage="canaries",
+            inputs=inputs,
+            options=options,
+            overwrite=overwrite,
+        ) as writer,
+        progress_bar("canaries", total=src.num_rows, unit="documents", enabled=progress) as adv,
+    ):
+        writer.write_side(CANARIES_FILE, sink.getvalue().to_pybytes())
+        targets, row = np.asarray(sorted(appended), dtype=np.int64), 0
+        for b in src.batches(None):
+            lo, hi = np.searchsorted(targets, [row, row + b.num_rows])
+            rows = (targets[lo:hi] - row).tolist()
+            if rows:
+                b = _append(b, text_at, rows, [appended[row + r] for r in rows], row)
+            writer.write(b)
+            row += b.num_rows
+            adv(b.num_rows)
+        return writer.close(**stats)
+
+
+def _append(
+    batch: pa.RecordBatch, text_at: int, rows: list[int], extra: list[list[str]], first: int
+) -> pa.RecordBatch:
+    """``batch`` with ``extra[i]`` appended to the text of row ``rows[i]``."""
+    text = batch.column(text_at)
+    if text.null_count and any(not text[r].is_valid for r in rows):
+        r = next(r for r in rows if not text[r].is_valid)
+        raise InputError("a note chosen for a canary has no text", row=first + r, column="text")
+    tails = [""] * batch.num_rows
+    for r, parts in zip(rows, extra, strict=True):
+        tails[r] = "".join(parts)
+    joined = pc.binary_join_element_wise(
+        text.cast(pa.large_string()),
+        pa.array(tails, pa.large_string()),
+        pa.scalar("", pa.large_string()),
+    )
+    return batch.set_column(text_at, batch.schema.field(text_at), joined.cast(text.type))
+
+
+def read_canaries(path: str | os.PathLike[str]) -> pa.Table:
+    """The canaries of a ``canaries`` output (:data:`CANARY_SCHEMA`, one row per canary).
+
+    Raises
+    ------
+    InputError
+        When ``path`` is not a complete dataset, or not one the canaries stage wrote.
+    """
+    manifest = check_dataset(path)
+    if manifest.get("stage") != "canaries":
+        raise InputError(
+            f"not a canaries output (its stage is {manifest.get('stage')!r}); run "
+            "`phisieve canaries` first",
+            path=path,
+        )
+    f = side_file(path, CANARIES_FILE)
+    if not f.is_file():
+        raise InputError(f"the canaries output has no {CANARIES_FILE}", path=path)
+    return pq.read_table(f)
+
+
+def _parse_list(option: str, value: str) -> list[str]:
+    items = [s.strip() for s in str(value).split(",")]
+    if not items or any(not s for s in items):
+        raise ConfigError(f"{option} takes a comma-separated list, not {value!r}")
+    return items
+
+
+def canaries_command(
+    docs: Path,
+    out: Path,
+    n: int,
+    repeats: str,
+    kinds: str,
+    secret_file: Path,
+    overwrite: bool,
+    quiet: bool,
+) -> dict[str, Any]:
+    """``phisieve canaries``: parse the options, read the key and run :func:`insert_canaries`.
+
+    Parameters
+    ----------
+    repeats
+        Comma-separated repeat counts, e.g. ``"1,4,16"``.
+    kinds
+        Comma-separated kinds, e.g. ``"name,date,mrn"``.
+    secret_file
+        The key file (:func:`phisieve.surrogate.read_secret`; refused inside ``out``).
+
+    Returns
+    -------
+    dict
+        The output's manifest.
+    """
+    reps = []
+    for s in _parse_list("--repeats", repeats):
+        if not s.isdigit() or int(s) < 1:
+            raise ConfigError(f"--repeats takes positive whole numbers such as 1,4,16, not {s!r}")
+        reps.append(int(s))
+    ks = tuple(_parse_list("--kinds", kinds))
+    secret = read_secret(secret_file, out)
+    return insert_canaries(
+        docs,
+        out,
+        secret,
+        n=n,
+        repeats=tuple(reps),
+        kinds=ks,
+        overwrite=overwrite,
+        progress=not quiet,
+    )

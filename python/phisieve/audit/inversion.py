@@ -1,0 +1,213 @@
+"""Model inversion of masked name slots (after KART, Nakamura et al. 2020).
+
+For every name slot of the members' notes (a gold or surrogate span labelled as a name, of one
+or two words), the slot's words are replaced by mask tokens and full-name candidates are
+ranked by ``log P(first) + log P(last)``: each word's probability is the product of its
+tokens' probabilities at the masked positions (one forward pass per layout of token counts,
+the positions scored independently). One-word slots are ranked over first and last names
+alike. The baseline ranks the same candidates by US Census frequency (the ``names``
+package's 1990 lists), i.e. an attacker who guesses popular names. A slot whose true name is
+not among the candidates counts as a miss for both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .scoring import Scorer, key
+
+NAME_LABELS = frozenset(
+    {
+        "NAME",
+        "PERSON",
+        "PTName",
+        "HCPName",
+        "RelativeProxyName",
+        "first_name",
+        "last_name",
+        "full_name",
+        "doctor_first_name",
+        "doctor_last_name",
+        "doctor_name",
+    }
+)
+"""Span labels taken as name slots: ``detect``'s (and Presidio's), PhysioNet's gold
+categories, and the surrogate kinds."""
+
+_WORD = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")
+CONTEXT_CHARS = 400
+"""Characters of note text kept on each side of a slot (then cut to the model's length)."""
+
+
+@dataclass
+class NameList:
+    """Census names, most frequent first, with their frequency (per cent)."""
+
+    names: list[str]
+    freq: np.ndarray
+
+
+def census_names(kind: str, limit: int) -> NameList:
+    """The ``limit`` most frequent US Census ``first`` or ``last`` names (upper case)."""
+    try:
+        import names
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError("model inversion needs the `names` package: pip install names") from None
+    root = Path(names.__file__).parent
+    files = ("dist.male.first", "dist.female.first") if kind == "first" else ("dist.all.last",)
+    freq: dict[str, float] = {}
+    for fname in files:
+        for line in (root / fname).read_text(encoding="ascii").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and len(parts[0]) >= 2:
+                freq[parts[0]] = max(freq.get(parts[0], 0.0), float(parts[1]))
+    ranked = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return NameList([n for n, _ in ranked], np.array([f for _, f in ranked]))
+
+
+def _cased(name: str, like: str) -> str:
+    """``name`` written in the case of the slot's word (upper, lower or title)."""
+    if like.isupper() and len(like) > 1:
+        return name.upper()
+    if like.islower():
+        return name.lower()
+    return name.title()
+
+
+def _pairs_above(a: np.ndarray, b: np.ndarray, threshold: float) -> int:
+    """How many pairs (i, j) have ``a[i] + b[j] > threshold``."""
+    if not len(a) or not len(b):
+        return 0
+    b = np.sort(b)
+    return int((len(b) - np.searchsorted(b, threshold - a, side="right")).sum())
+
+
+class Inverter:
+    """Ranks census name candidates for masked slots with a masked LM."""
+
+    def __init__(self, scorer: Scorer, tokenizer: Any, max_len: int, candidates: int) -> None:
+        if scorer.causal:
+            raise ConfigError("model inversion is defined here for masked LMs")
+        self.scorer, self.tok, self.max_len = scorer, tokenizer, max_len
+        self.first = census_names("first", candidates)
+        self.last = census_names("last", candidates)
+        self.cls = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
+        self.sep = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
+        self._cache: dict[tuple[int, str, str], list[list[int]]] = {}
+        merged: dict[str, float] = {}
+        for lst in (self.first, self.last):
+            for n, f in zip(lst.names, lst.freq, strict=True):
+                merged[n] = max(merged.get(n, 0.0), float(f))
+        pool = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
+        self.either = NameList([n for n, _ in pool], np.array([f for _, f in pool]))
+        """One-word slots: first and last names in one list (a name in both, once)."""
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def _token_lists(self, names: list[str], like: str, lead: str) -> list[list[int]]:
+        case = (
+            "upper" if like.isupper() and len(like) > 1 else "lower" if like.islower() else "title"
+        )
+        cache_key = (id(names), case, lead)
+        if cache_key not in self._cache:
+            texts = [lead + _cased(n, like) for n in names]
+            self._cache[cache_key] = [
+                list(x) for x in self.tok(texts, add_special_tokens=False)["input_ids"]
+            ]
+        return self._cache[cache_key]
+
+    def _layout_scores(
+        self, left: list[int], right: list[int], cands: list[list[list[int]]]
+    ) -> dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]]:
+        """For each layout of token counts (one count per slot word), one forward pass:
+        per slot word, the candidates with that many tokens (indices) and their summed
+        token log-probabilities at the masked positions."""
+        counts = [sorted({len(t) for t in cand if 0 < len(t) <= 6}) for cand in cands]
+        layouts: list[tuple[int, ...]] = [()]
+        for c in counts:
+            layouts = [(*lay, n) for lay in layouts for n in c]
+        out = {}
+        rows = []
+        for layout in layouts:
+            room = self.max_len - len(self.cls) - len(self.sep) - sum(layout)
+            keep_right = min(len(right), max(room // 2, room - len(left)))
+            keep_left = max(0, min(len(left), room - keep_right))
+            rows.append((self.cls + left[len(left) - keep_left :], right[:keep_right] + self.sep))
+        # Layouts that share their context are scored in one batch.
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, ...]]] = {}
+        for layout, (lctx, rctx) in zip(layouts, rows, strict=True):
+            groups.setdefault((tuple(lctx), tuple(rctx)), []).append(layout)
+        for (lctx, rctx), group in groups.items():
+            scored = self.scorer.masked_slot_logprobs(
+                list(lctx), list(rctx), [list(g) for g in group]
+            )
+            for layout, logp in zip(group, scored, strict=True):
+                per_word = []
+                for w, n in enumerate(layout):
+                    idx = np.array(
+                        [i for i, t in enumerate(cands[w]) if len(t) == n], dtype=np.int64
+                    )
+                    toks = np.array([cands[w][i] for i in idx], dtype=np.int64).reshape(len(idx), n)
+                    per_word.append((idx, logp[w][np.arange(n), toks].sum(axis=1)))
+                out[layout] = per_word
+        return out
+
+    def rank(self, text: str, start: int, end: int) -> dict[str, Any] | None:
+        """Model and baseline rank of the true name of the slot ``text[start:end]``
+        (``None`` when the slot is not one or two name words)."""
+        slot = text[start:end].strip()
+        words = _WORD.findall(slot)
+        if len(words) not in (1, 2) or " ".join(words) != slot:
+            return None
+        left_text = text[max(0, start - CONTEXT_CHARS) : start]
+        right_text = text[end : end + CONTEXT_CHARS]
+        left = self._ids(left_text.rstrip())
+        lead = " " if left_text[-1:].isspace() else ""
+        right = self._ids(right_text)
+        if len(words) == 1:
+            lists = [self.either]
+        else:
+            lists = [self.first, self.last]
+        true_idx = []
+        for lst, w in zip(lists, words, strict=True):
+            hits = [i for i, n in enumerate(lst.names) if n == w.upper()]
+            true_idx.append(hits[0] if hits else None)
+        if any(i is None for i in true_idx):
+            return {"in_candidates": False, "model": np.inf, "baseline": np.inf}
+        cands = [
+            self._token_lists(lst.names, w, lead if i == 0 else " ")
+            for i, (lst, w) in enumerate(zip(lists, words, strict=True))
+        ]
+        true_layout = tuple(len(cands[w][i]) for w, i in enumerate(true_idx))
+        by_layout = self._layout_scores(left, right, cands)
+        if true_layout not in by_layout:
+            return {"in_candidates": True, "model": np.inf, "baseline": np.inf}
+        true_score = 0.0
+        for (idx, sc), i in zip(by_layout[true_layout], true_idx, strict=True):
+            true_score += float(sc[np.flatnonzero(idx == i)[0]])
+        above = 0
+        for per_word in by_layout.values():
+            if len(per_word) == 1:
+                above += int((per_word[0][1] > true_score).sum())
+            else:
+                above += _pairs_above(per_word[0][1], per_word[1][1], true_score)
+        pop = [np.log(lst.freq) for lst in lists]
+        true_pop = sum(p[i] for p, i in zip(pop, true_idx, strict=True))
+        if len(pop) == 1:
+            base_above = int((pop[0] > true_pop).sum())
+        else:
+            base_above = _pairs_above(pop[0], pop[1], true_pop)
+        return {"in_candidates": True, "model": 1 + above, "baseline": 1 + base_above}
+
+
+def slot_sample(slots: list[tuple[int, int, int]], limit: int, seed: int) -> list[int]:
+    """Indices of at most ``limit`` slots ``(doc, start, end)``, chosen by keyed hash."""
+    keys = [key(seed, "slot", *s) for s in slots]
+    return sorted(np.argsort(np.array(keys, dtype=np.uint64), kind="stable")[:limit].tolist())

@@ -1,0 +1,414 @@
+"""The canaries stage: planted secrets, where they go, how often, what they leave untouched,
+and the secret spaces the audit ranks them in."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import struct
+from collections import Counter
+from datetime import date, datetime
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from phisieve.audit.canaries import (
+    CANARIES_FILE,
+    KINDS,
+    canaries_command,
+    candidate_indices,
+    candidates,
+    insert_canaries,
+    read_canaries,
+    secret_at,
+    secrets_at,
+    space_size,
+)
+from phisieve.dataset import dataset_files, meta_dir, read_manifest, side_file
+from phisieve.errors import ConfigError, InputError
+from phisieve.schema import SPANS
+from phisieve.synthetic import synth
+
+# Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
+SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"
+OTHER_SECRET = b"a7c4839fa86ae7343466baddabffcd6feafefea66c23531b259dd0fd05072963"
+
+
+def read(path: Path) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f) for f in dataset_files(path)])
+
+
+def sentence(row: dict) -> str:
+    return row["prefix"] + row["secret"] + row["suffix"]
+
+
+def hmac_draw(key: bytes, *parts: str) -> int:
+    """phisieve's keyed draw: HMAC-SHA256 of length-framed parts, first 8 bytes big-endian."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for p in ("phisieve-canaries-v1", *parts):
+        b = p.encode()
+        mac.update(struct.pack("<Q", len(b)) + b)
+    return int.from_bytes(mac.digest()[:8], "big")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 synthetic patients with 2-8 notes each."""
+    out = tmp_path_factory.mktemp("canaries") / "docs"
+    synth(out, patients=40, seed=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def planted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("canaries") / "out"
+    return out, insert_canaries(corpus, out, SECRET, n=30)
+
+
+def small_docs(notes: dict[str, int]) -> pa.Table:
+    """Patient -> number of notes; with gold spans and an extra column."""
+    rows: dict[str, list] = {"doc_id": [], "patient_id": [], "text": [], "spans": [], "ward": []}
+    for p, k in notes.items():
+        for j in range(k):
+            text = f"Pt {p} seen by Dr Hale on day {j}.\nPlan: rest"
+            rows["doc_id"].append(f"{p}-{j}")
+            rows["patient_id"].append(p)
+            rows["text"].append(text)
+            rows["spans"].append([{"start": 17, "end": 21, "label": "NAME", "source": "gold",
+                                   "score": 1.0}])  # fmt: skip
+            rows["ward"].append(f"w{j}")
+    return pa.table(
+        {
+            "doc_id": pa.array(rows["doc_id"], pa.string()),
+            "patient_id": pa.array(rows["patient_id"], pa.string()),
+            "text": pa.array(rows["text"], pa.large_string()),
+            "spans": pa.array(rows["spans"], SPANS),
+            "ward": pa.array(rows["ward"], pa.string()),
+        }
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Secret spaces
+
+
+def test_space_sizes_and_the_ends_of_each_space():
+    assert space_size("name") == 10**6
+    assert space_size("date") == 73049 == (date(2100, 1, 1) - date(1900, 1, 1)).days
+    assert space_size("mrn") == 10**7
+    assert secret_at("name", 0) == "Aaron Abbott"
+    assert secret_at("name", 1) == "Aaron Acevedo"
+    assert secret_at("name", 1000) == "Abigail Abbott"
+    assert secret_at("name", 10**6 - 1) == "Zachary Zimmerman"
+    assert secret_at("date", 0) == "01/01/1900"
+    assert secret_at("date", 59) == "03/01/1900"  # 1900 is no leap year
+    assert secret_at("date", 73048) == "12/31/2099"
+    assert secret_at("mrn", 0) == "0000000"
+    assert secret_at("mrn", 42) == "0000042"
+    assert secret_at("mrn", 10**7 - 1) == "9999999"
+    for kind in KINDS:
+        for bad in (-1, space_size(kind)):
+            with pytest.raises(ConfigError, match="index"):
+                secret_at(kind, bad)
+    with pytest.raises(ConfigError, match="unknown canary kind"):
+        secret_at("ssn", 0)
+    with pytest.raises(ConfigError):
+        secret_at("mrn", 1.0)  # type: ignore[arg-type]
+
+
+@cache
+def _name_lists() -> tuple[dict[str, int], dict[str, int]]:
+    first = sorted({s.split()[0] for s in secrets_at("name", range(0, 10**6, 1000))})
+    last = sorted({s.split()[1] for s in secrets_at("name", range(1000))})
+    return {f: i for i, f in enumerate(first)}, {s: j for j, s in enumerate(last)}
+
+
+def _index_of(kind: str, secret: str) -> int:
+    """The inverse of secret_at, written independently."""
+    if kind == "name":
+        first, last = _name_lists()
+        f, s = secret.split(" ")
+        return first[f] * 1000 + last[s]
+    if kind == "date":
+        return (datetime.strptime(secret, "%m/%d/%Y").date() - date(1900, 1, 1)).days
+    assert re.fullmatch(r"[0-9]{7}", secret)
+    return int(secret)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_secret_at_is_a_bijection_on_a_sample(kind):
+    space = space_size(kind)
+    rng = np.random.default_rng(7)
+    sample = sorted({0, 1, space - 2, space - 1, *rng.integers(0, space, 500).tolist()})
+    got = secrets_at(kind, sample)
+    assert got == [secret_at(kind, i) for i in sample]
+    assert len(set(got)) == len(sample)
+    assert [_index_of(kind, s) for s in got] == sample
+
+
+def test_the_name_lists_are_1000_title_cased_census_names_each():
+    first = [secret_at("name", i * 1000).split()[0] for i in range(1000)]
+    last = [secret_at("name", j).split()[1] for j in range(1000)]
+    for names in (first, last):
+        assert len(set(names)) == 1000
+        assert names == sorted(names)
+        assert all(n.isalpha() and n == n.capitalize() for n in names)
+    # The most frequent census names are in, rare ones are not.
+    assert {"James", "Mary", "John", "Patricia"} <= set(first)
+    assert {"Smith", "Johnson", "Williams", "Garcia"} <= set(last)
+    assert "Zyla" not in first
+
+
+@pytest.mark.parametrize("kind, n", [("mrn", 5000), ("date", 3000), ("date", 40000),
+                                     ("name", 2000)])  # fmt: skip
+def test_candidates_are_distinct_in_the_space_and_deterministic(kind, n):
+    got = candidates(kind, n, b"audit-key")
+    assert len(got) == n == len(set(got))
+    assert got == candidates(kind, n, b"audit-key")
+    assert got != candidates(kind, n, b"other-key")
+    idx = [_index_of(kind, s) for s in got]
+    assert all(0 <= i < space_size(kind) for i in idx)
+    assert idx == candidate_indices(kind, n, b"audit-key").tolist()
+
+
+def test_candidates_cover_the_space_evenly():
+    # The rejection path: 20000 of 10**7 record numbers, ~2000 per tenth of the space.
+    idx = candidate_indices("mrn", 20000, b"k")
+    counts = np.bincount(idx * 10 // 10**7, minlength=10)
+    assert counts.min() > 1750 and counts.max() < 2250
+    # The shuffle path (more than a quarter of the space): all but two days.
+    idx = candidate_indices("date", 73047, b"k")
+    assert len(np.unique(idx)) == 73047 and idx.min() >= 0 and idx.max() < 73049
+    counts = np.bincount(candidate_indices("date", 30000, b"k") * 10 // 73049, minlength=10)
+    assert counts.min() > 2750 and counts.max() < 3250
+
+
+def test_candidates_may_hold_the_true_secret_and_the_whole_space_is_exact():
+    # The draw excludes nothing: with the whole space asked for, every value comes back (the
+    # canary's own secret too, which the audit removes before ranking).
+    whole = secrets_at("date", range(73049))
+    assert candidates("date", 73048, b"k") == whole
+    assert candidates("date", 10**6, b"k") == whole
+    assert candidates("mrn", 0, b"k") == []
+    with pytest.raises(ConfigError):
+        candidates("mrn", -1, b"k")
+
+
+# --------------------------------------------------------------------------------------------
+# The stage
+
+
+def test_canaries_per_repeat_count_and_kind(planted):
+    out, manifest = planted
+    table = read_canaries(out)
+    rows = table.to_pylist()
+    assert [r["canary_id"] for r in rows] == [f"canary-{i:03d}" for i in range(30)]
+    assert Counter(r["repeats"] for r in rows) == {1: 10, 4: 10, 16: 10}
+    for r in (1, 4, 16):
+        kinds = [row["kind"] for row in rows if row["repeats"] == r]
+        assert kinds == ["name", "date", "mrn"] * 3 + ["name"]
+    assert len({r["patient_id"] for r in rows}) == 30
+    assert {r["space"] for r in rows if r["kind"] == "date"} == {73049}
+    for r in rows:
+        k = KINDS[r["kind"]]
+        assert (r["prefix"], r["suffix"], r["space"]) == (k.prefix, k.suffix, k.space)
+        assert len(r["doc_ids"]) == r["repeats"]
+    assert manifest["stage"] == "canaries"
+    assert manifest["canaries"] == 30 and manifest["patients"] == 30
+    assert manifest["insertions"] == 210 and manifest["corpus_patients"] == 40
+    assert manifest["by_repeats"] == {"1": 10, "4": 10, "16": 10}
+    assert manifest["by_kind"] == {"name": 12, "date": 9, "mrn": 9}
+    assert manifest["options"] == {"n": 30, "repeats": [1, 4, 16], "kinds": ["name", "date", "mrn"]}
+    assert read_manifest(out)["rows"] == read(out).num_rows
+
+
+def test_patients_and_secrets_are_keyed_hmac_draws(corpus, planted):
+    out, _ = planted
+    rows = read_canaries(out).to_pylist()
+    patients = sorted(set(read(corpus).column("patient_id").to_pylist()))
+    ranked = sorted(patients, key=lambda p: (hmac_draw(SECRET, "patient", p), p))
+    assert [r["patient_id"] for r in rows] == ranked[:30]
+    # Secrets: the first draw, unless an earlier canary of the kind has that secret.
+    seen: dict[str, set[str]] = {k: set() for k in KINDS}
+    for r in rows:
+        attempt = 0
+        while True:
+            draw = hmac_draw(SECRET, "secret", r["kind"], r["canary_id"], str(attempt))
+            want = secret_at(r["kind"], draw % space_size(r["kind"]))
+            if want not in seen[r["kind"]]:
+                break
+            attempt += 1
+        assert r["secret"] == want
+        seen[r["kind"]].add(want)
+
+
+def test_each_sentence_occurs_repeats_times_in_its_patients_notes_only(corpus, planted):
+    out, _ = planted
+    before, after = read(corpus), read(out)
+    notes: dict[str, list[str]] = {}
+    for d, p in zip(before["doc_id"].to_pylist(), before["patient_id"].to_pylist(), strict=True):
+        notes.setdefault(p, []).append(d)
+    texts = dict(zip(after["doc_id"].to_pylist(), after["text"].to_pylist(), strict=True))
+    owner = dict(zip(after["doc_id"].to_pylist(), after["patient_id"].to_pylist(), strict=True))
+    for c in read_canaries(out).to_pylist():
+        s = sentence(c)
+        assert all(s not in t for t in before["text"].to_pylist())
+        counts = Counter({d: t.count(s) for d, t in texts.items() if s in t})
+        assert sum(counts.values()) == c["repeats"]
+        assert {owner[d] for d in counts} == {c["patient_id"]}
+        assert counts == Counter(c["doc_ids"])
+        mine = notes[c["patient_id"]]
+        assert c["doc_ids"] == [mine[k % len(mine)] for k in range(c["repeats"])]
+
+
+def test_notes_keep_their_text_as_a_prefix_and_other_rows_are_identical(corpus, planted):
+    out, _ = planted
+    before, after = read(corpus), read(out)
+    assert after.schema == before.schema
+    assert after.num_rows == before.num_rows
+    assert after.drop(["text"]).equals(before.drop(["text"]))
+    added: dict[str, list[str]] = {}
+    for c in read_canaries(out).to_pylist():
+        for d in c["doc_ids"]:
+            added.setdefault(d, []).append("\n" + sentence(c))
+    changed = 0
+    for d, old, new in zip(
+        before["doc_id"].to_pylist(),
+        before["text"].to_pylist(),
+        after["text"].to_pylist(),
+        strict=True,
+    ):
+        assert new == old + "".join(added.get(d, []))
+        changed += new != old
+    assert changed == len(added) == read_manifest(out)["notes_modified"]
+
+
+def test_a_rerun_writes_the_same_bytes(corpus, planted, tmp_path):
+    out, _ = planted
+    again = tmp_path / "again"
+    insert_canaries(corpus, again, SECRET, n=30)
+    assert [Path(f).read_bytes() for f in dataset_files(again)] == [
+        Path(f).read_bytes() for f in dataset_files(out)
+    ]
+    assert (
+        side_file(again, CANARIES_FILE).read_bytes() == side_file(out, CANARIES_FILE).read_bytes()
+    )
+
+
+def test_a_different_secret_plants_different_canaries(corpus, planted, tmp_path):
+    out, _ = planted
+    insert_canaries(corpus, tmp_path / "other", OTHER_SECRET, n=30)
+    mine = read_canaries(out).to_pylist()
+    other = read_canaries(tmp_path / "other").to_pylist()
+    assert [r["secret"] for r in mine] != [r["secret"] for r in other]
+    assert [r["patient_id"] for r in mine] != [r["patient_id"] for r in other]
+    assert len({r["secret"] for r in mine} & {r["secret"] for r in other}) < 3
+
+
+def test_canaries_do_not_depend_on_row_order(tmp_path):
+    table = small_docs({f"p{i}": 1 + i % 3 for i in range(9)})
+    insert_canaries(table, tmp_path / "a", SECRET, n=7)
+    insert_canaries(table.take(list(range(table.num_rows))[::-1]), tmp_path / "b", SECRET, n=7)
+    keys = ["canary_id", "patient_id", "kind", "secret", "repeats"]
+    a = read_canaries(tmp_path / "a").select(keys)
+    assert a.equals(read_canaries(tmp_path / "b").select(keys))
+
+
+def test_uneven_split_round_robin_and_spans_stay_valid(tmp_path):
+    # 7 canaries over (1, 4, 16): 3, 2, 2. Patients have 1-3 notes.
+    table = small_docs({f"p{i}": 1 + i % 3 for i in range(9)})
+    manifest = insert_canaries(table, tmp_path / "out", SECRET, n=7, kinds=("mrn", "date"))
+    rows = read_canaries(tmp_path / "out").to_pylist()
+    assert [(r["repeats"], r["kind"]) for r in rows] == [
+        (1, "mrn"), (1, "date"), (1, "mrn"), (4, "mrn"), (4, "date"), (16, "mrn"), (16, "date"),
+    ]  # fmt: skip
+    assert manifest["insertions"] == 3 + 8 + 32 and manifest["by_repeats"] == {
+        "1": 3, "4": 2, "16": 2,
+    }  # fmt: skip
+    after = read(tmp_path / "out")
+    assert after.column("ward").equals(table.column("ward"))
+    assert after.column("spans").equals(table.column("spans"))
+    for t in after.to_pylist():
+        (span,) = t["spans"]
+        assert t["text"][span["start"] : span["end"]] == "Hale"
+        assert t["text"].startswith(f"Pt {t['patient_id']} seen by Dr Hale on day ")
+    for r in rows:
+        k = int(r["patient_id"][1:]) % 3 + 1
+        assert r["doc_ids"] == [f"{r['patient_id']}-{i % k}" for i in range(r["repeats"])]
+
+
+def test_nothing_secret_in_the_manifest(planted):
+    out, manifest = planted
+    text = (meta_dir(out) / "manifest.json").read_text()
+    assert json.loads(text)["canaries"] == manifest["canaries"]
+    assert SECRET.decode() not in text and OTHER_SECRET.decode() not in text
+    for c in read_canaries(out).to_pylist():
+        assert c["secret"] not in text
+        assert sentence(c) not in text
+    assert sorted(p.name for p in meta_dir(out).iterdir()) == [CANARIES_FILE, "manifest.json"]
+
+
+def test_refusals_name_no_secret(corpus, planted, tmp_path):
+    out, _ = planted
+    planted_secrets = [c["secret"] for c in read_canaries(out).to_pylist()]
+    errors = []
+    for bad, match in [
+        (SECRET[:31], "31 bytes"),
+        (b"0" * 64, "repeats a short pattern"),
+    ]:
+        with pytest.raises(ConfigError, match=match) as e:
+            insert_canaries(corpus, tmp_path / "x", bad, n=5)
+        errors.append(str(e.value))
+    with pytest.raises(ConfigError, match=r"41 canaries need 41 patients.*have 40") as e:
+        insert_canaries(corpus, tmp_path / "x", SECRET, n=41)
+    errors.append(str(e.value))
+    for kw in ({"n": 0}, {"repeats": ()}, {"repeats": (4, 4)}, {"repeats": (0,)},
+               {"kinds": ("ssn",)}, {"kinds": ()}):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            insert_canaries(corpus, tmp_path / "x", SECRET, **kw)
+        errors.append(str(e.value))
+    with pytest.raises(InputError, match="three times") as e:
+        insert_canaries(pa.RecordBatchReader.from_batches(
+            small_docs({"a": 1}).schema, small_docs({"a": 1}).to_batches()
+        ), tmp_path / "x", SECRET, n=1)  # fmt: skip
+    errors.append(str(e.value))
+    with pytest.raises(InputError, match="doc_id") as e:
+        insert_canaries(small_docs({"a": 1}).drop(["doc_id"]), tmp_path / "x", SECRET, n=1)
+    errors.append(str(e.value))
+    assert not (tmp_path / "x").exists()
+    for msg in errors:
+        assert SECRET.decode()[:16] not in msg
+        assert not any(s in msg for s in planted_secrets)
+
+
+def test_read_canaries_refuses_other_datasets(corpus, tmp_path):
+    with pytest.raises(InputError, match="not a canaries output") as e:
+        read_canaries(corpus)
+    assert str(corpus) in str(e.value)
+    with pytest.raises(InputError, match="no such dataset folder"):
+        read_canaries(tmp_path / "missing")
+
+
+def test_canaries_command(corpus, planted, tmp_path):
+    out, _ = planted
+    key = tmp_path / "key.txt"
+    key.write_bytes(SECRET + b"\n")
+    manifest = canaries_command(corpus, tmp_path / "cmd", 30, "1, 4,16", "name,date,mrn", key,
+                                False, True)  # fmt: skip
+    assert manifest["canaries"] == 30
+    assert side_file(tmp_path / "cmd", CANARIES_FILE).read_bytes() == (
+        side_file(out, CANARIES_FILE).read_bytes()
+    )
+    for repeats, kinds in [("0", "mrn"), ("a", "mrn"), ("1,,4", "mrn"), ("-1", "mrn"),
+                           ("4,4", "mrn"), ("1", "mrn,ssn"), ("1", "")]:  # fmt: skip
+        with pytest.raises(ConfigError):
+            canaries_command(corpus, tmp_path / "bad", 3, repeats, kinds, key, False, True)
+    with pytest.raises(ConfigError, match="inside the output"):
+        canaries_command(corpus, tmp_path, 3, "1", "mrn", key, True, True)
+    assert not (tmp_path / "bad").exists()
