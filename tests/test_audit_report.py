@@ -211,14 +211,12 @@ def _chromium() -> str:
     return path
 
 
-@pytest.mark.parametrize("page_fixture, min_images", [("rendered", 5), ("compared", 4)])
-def test_pages_load_in_headless_chromium(
-    page_fixture: str, min_images: int, request: pytest.FixtureRequest
-) -> None:
+def browser_check(page_path: Path, min_images: int) -> None:
+    """Open ``page_path`` in headless Chromium: no console or page errors, at least
+    ``min_images`` images, every one loaded with a non-zero size."""
     from playwright.sync_api import sync_playwright
 
     executable = _chromium()
-    page_path: Path = request.getfixturevalue(page_fixture)
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -239,3 +237,10 @@ def test_pages_load_in_headless_chromium(
     assert errors == []
     assert len(images) >= min_images
     assert all(done and w > 0 and h > 0 for done, w, h in images), images
+
+
+@pytest.mark.parametrize("page_fixture, min_images", [("rendered", 5), ("compared", 4)])
+def test_pages_load_in_headless_chromium(
+    page_fixture: str, min_images: int, request: pytest.FixtureRequest
+) -> None:
+    browser_check(request.getfixturevalue(page_fixture), min_images)

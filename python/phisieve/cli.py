@@ -747,6 +747,9 @@ def audit(
     max_identifiers: Annotated[
         int, typer.Option(help="Identifier occurrences scored per side (0: all).")
     ] = 20_000,
+    utility_words: Annotated[
+        int, typer.Option(help="Non-identifier words of non-members scored for utility.")
+    ] = 5000,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples over patients.")] = 1000,
     show_identifiers: Annotated[
         bool, typer.Option(help="Show the text of the most recovered identifiers.")
@@ -781,6 +784,7 @@ def audit(
         batch_size=batch_size,
         seed=seed,
         max_identifiers=max_identifiers or None,
+        utility_words=utility_words,
         n_boot=n_boot,
         show_identifiers=show_identifiers,
         label=label,
@@ -788,7 +792,7 @@ def audit(
         progress=not quiet,
     )
     print_verdict(r.data)
-    out_console.print(f"report: {r.html}")
+    out_console.print(f"report: {r.html}", soft_wrap=True)
 
 
 def print_verdict(data: dict[str, Any]) -> None:

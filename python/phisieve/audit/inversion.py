@@ -80,12 +80,12 @@ def _cased(name: str, like: str) -> str:
     return name.title()
 
 
-def _pairs_above(a: np.ndarray, b: np.ndarray, threshold: float) -> int:
-    """How many pairs (i, j) have ``a[i] + b[j] > threshold``."""
+def _pairs_at_least(a: np.ndarray, b: np.ndarray, threshold: float) -> int:
+    """How many pairs (i, j) have ``a[i] + b[j] >= threshold``."""
     if not len(a) or not len(b):
         return 0
     b = np.sort(b)
-    return int((len(b) - np.searchsorted(b, threshold - a, side="right")).sum())
+    return int((len(b) - np.searchsorted(b, threshold - a, side="left")).sum())
 
 
 class Inverter:
@@ -171,10 +171,7 @@ class Inverter:
         left = self._ids(left_text.rstrip())
         lead = " " if left_text[-1:].isspace() else ""
         right = self._ids(right_text)
-        if len(words) == 1:
-            lists = [self.either]
-        else:
-            lists = [self.first, self.last]
+        lists = [self.either] if len(words) == 1 else [self.first, self.last]
         true_idx = []
         for lst, w in zip(lists, words, strict=True):
             hits = [i for i, n in enumerate(lst.names) if n == w.upper()]
@@ -192,19 +189,21 @@ class Inverter:
         true_score = 0.0
         for (idx, sc), i in zip(by_layout[true_layout], true_idx, strict=True):
             true_score += float(sc[np.flatnonzero(idx == i)[0]])
-        above = 0
+        # Ranks count ties against the true name (a model that scores every candidate alike
+        # ranks it last, not first): the true name itself is among those counted.
+        at_least = 0
         for per_word in by_layout.values():
             if len(per_word) == 1:
-                above += int((per_word[0][1] > true_score).sum())
+                at_least += int((per_word[0][1] >= true_score).sum())
             else:
-                above += _pairs_above(per_word[0][1], per_word[1][1], true_score)
+                at_least += _pairs_at_least(per_word[0][1], per_word[1][1], true_score)
         pop = [np.log(lst.freq) for lst in lists]
         true_pop = sum(p[i] for p, i in zip(pop, true_idx, strict=True))
         if len(pop) == 1:
-            base_above = int((pop[0] > true_pop).sum())
+            base = int((pop[0] >= true_pop).sum())
         else:
-            base_above = _pairs_above(pop[0], pop[1], true_pop)
-        return {"in_candidates": True, "model": 1 + above, "baseline": 1 + base_above}
+            base = _pairs_at_least(pop[0], pop[1], true_pop)
+        return {"in_candidates": True, "model": max(1, at_least), "baseline": max(1, base)}
 
 
 def slot_sample(slots: list[tuple[int, int, int]], limit: int, seed: int) -> list[int]:

@@ -458,8 +458,9 @@ def _canaries(scorer: Scorer, tok: Any, path: Path, samples: int, seed: int) -> 
 def _secret_scores(
     scorer: Scorer, tok: Any, prefix: str, suffix: str, secrets: list[str]
 ) -> np.ndarray:
-    """The model's log-probability of each secret in the canary sentence: a causal LM's
-    probability of the whole sentence; a masked LM's of the secret's tokens, masked."""
+    """How likely the model finds each secret in the canary sentence: a causal LM's
+    log-probability of the whole sentence (Carlini et al.); a masked LM's mean
+    log-probability of the secret's tokens, all masked at once."""
     left_text = prefix.rstrip()
     lead = prefix[len(left_text) :]
 
@@ -480,7 +481,9 @@ def _secret_scores(
         idx = [i for i, t in enumerate(toks) if len(t) == n]
         ((logp,),) = scorer.masked_slot_logprobs(cls + left, right + sep, [[n]])
         arr = np.array([toks[i] for i in idx], dtype=np.int64)
-        out[idx] = logp[np.arange(n), arr].sum(axis=1)
+        # Per token: independently scored masked positions are no probability of the whole
+        # secret, and summing them would rank short secrets first whatever the model knows.
+        out[idx] = logp[np.arange(n), arr].mean(axis=1)
     return out
 
 

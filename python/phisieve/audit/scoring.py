@@ -219,11 +219,12 @@ class Scorer:
                 yield start + i, tuple(p[i] for p in parts)
 
     def _position_stats(self, logits: Any, targets: Any) -> tuple[np.ndarray, ...]:
-        """log p(target), rank of the target (1 = top-1), mean and sd of log p(z)."""
+        """log p(target), rank of the target (1 = the only top-1), mean and sd of log p(z)."""
         torch = self.torch
         logp = torch.log_softmax(logits, dim=-1)
         true = logp.gather(-1, targets[:, None])[:, 0]
-        rank = (logp > true[:, None]).sum(-1) + 1
+        # Ties count against the target (a flat distribution ranks it last, not first).
+        rank = (logp >= true[:, None]).sum(-1)
         # Flush the tiny probabilities to 0 (denormal floats make this 100x slower).
         p = torch.where(logp > -80.0, logp.exp(), 0.0)
         mu = (p * logp).sum(-1)
@@ -234,7 +235,6 @@ class Scorer:
         self, seqs: Sequences, *, seed: int, rounds: int = 1
     ) -> list[dict[str, np.ndarray]]:
         """Per sequence: ``logp``, ``mu``, ``sigma`` of its scored tokens (see module doc)."""
-        torch = self.torch
         out: list[dict[str, list[np.ndarray]]] = [
             {"logp": [], "mu": [], "sigma": []} for _ in range(len(seqs))
         ]
@@ -285,7 +285,6 @@ class Scorer:
         """Per occurrence: ``nll`` (sum over its tokens, nats), ``rank`` (its worst token's),
         ``top1`` (every token top-1), ``top5`` (every token in the top 5), ``scored`` (False
         for a causal LM's word at position 0, which has no prefix)."""
-        torch = self.torch
         n = len(occurrences)
         nll, rank = np.full(n, np.nan), np.full(n, np.nan)
         top1, top5, scored = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
