@@ -344,3 +344,20 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
     assert d["inversion"] == {"slots": 0, "why": "model inversion is defined here for masked LMs"}
     assert d["identifiers"]["members"]["overall"]["n"] <= 200
     assert d["identifiers"]["utility"]["perplexity_kind"] == "causal"
+
+
+def test_demo_ends_with_an_audit_report(tmp_path, capsys):
+    main(["demo", "--out", str(tmp_path), "--patients", "30", "--steps", "10"])
+    printed = capsys.readouterr().out
+    page = tmp_path / "report" / "index.html"
+    assert f"audit report: {page}" in printed and page.is_file()
+    d = json.loads((tmp_path / "report" / "audit.json").read_text())
+    assert d["model"]["objective"] == "ppmlm" and d["reference_model"] is not None
+    assert d["membership"]["patient"]["loss"]["auc"] is not None
+    assert d["memorisation"]["alpha"]["gain"] is not None
+    assert d["identifiers"]["members"]["overall"]["privacy"] is not None
+    assert d["identifiers"]["utility"]["top1"] is not None
+    assert set(d["identifier_mia"]) >= {"precision", "recall", "f1"}
+    assert d["inversion"]["slots"] > 0
+    assert [r["repeats"] for r in d["canaries"]["by_repeats"]] == [1, 4, 16]
+    assert all(r["exposure"] is not None for r in d["canaries"]["canaries"])

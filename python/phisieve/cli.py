@@ -852,8 +852,14 @@ def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Working folder.")] = Path("demo_out"),
     patients: Annotated[int, typer.Option(help="Synthetic patients.")] = 500,
     ngram: Annotated[int, typer.Option(help="n-gram length for the index.")] = 2,
+    audit: Annotated[
+        bool,
+        typer.Option(help="Then train a tiny BERT with ppmlm on the notes and audit it."),
+    ] = True,
+    steps: Annotated[int, typer.Option(help="Training steps of the demo's models.")] = 300,
 ) -> None:
-    """Synthetic corpus -> surrogate PHI with gold spans -> patient x term index -> summary."""
+    """Synthetic corpus -> surrogate PHI with gold spans -> patient x term index -> summary;
+    then canaries -> split -> train a tiny BERT with PPMLM -> privacy audit -> report."""
     import os
 
     from .surrogate import surrogate as run_surrogate
@@ -865,9 +871,8 @@ def demo(
     out_console.print(f"{manifest['rows']:,} notes of {patients:,} patients in {out / 'notes'}")
     out_console.rule("[bold]2. surrogate PHI in the placeholders, with gold spans")
     # A fresh random key, kept in memory only: the demo's surrogates differ on every run.
-    m = run_surrogate(
-        out / "notes", out / "notes_phi", os.urandom(32), progress=True, overwrite=True
-    )
+    key = os.urandom(32)
+    m = run_surrogate(out / "notes", out / "notes_phi", key, progress=True, overwrite=True)
     print_surrogate_summary(m)
     out_console.print(f"filled notes and their gold `spans`: {out / 'notes_phi'}")
     out_console.rule("[bold]3. patient x term index")
@@ -882,6 +887,94 @@ def demo(
         f"identifiers: {flagged:,} of {words:,} ({flagged / max(words, 1):.1%}); the rest "
         "recur across patients and need the direct-identifier stage"
     )
+    if audit:
+        demo_audit(out, key, steps)
+
+
+def demo_audit(out: Path, key: bytes, steps: int) -> None:
+    """The demo's second half: canaries -> split by patient -> tokenizer -> encode -> train a
+    tiny BERT with PPMLM (and a reference model) -> audit -> the report's path."""
+    import pyarrow.parquet as pq
+
+    from .audit.canaries import insert_canaries
+    from .audit.run import audit as run_audit
+    from .audit.split import split as run_split
+    from .dataset import dataset_files
+    from .encode import encode as run_encode
+    from .term_index import write_index
+    from .train import TrainConfig
+    from .train import train as run_train
+    from .training.tokenizers import train_wordpiece
+
+    try:
+        import torch
+        from transformers import BertConfig, BertForMaskedLM
+    except ImportError as e:
+        raise ConfigError(
+            "the demo's audit needs the torch and audit extras: pip install "
+            "'phisieve[torch,audit]' (or run the demo with --no-audit)"
+        ) from e
+
+    out_console.rule("[bold]4. canaries, split by patient")
+    patients = len(set(pq.read_table(out / "notes_phi", columns=["patient_id"])
+                       .column("patient_id").to_pylist()))  # fmt: skip
+    m = insert_canaries(out / "notes_phi", out / "notes_canaries", key,
+                        n=min(30, patients // 2), repeats=(1, 4, 16), overwrite=True)  # fmt: skip
+    out_console.print(f"{m['canaries']} canaries ({m['insertions']} insertions)")
+    parts = run_split(out / "notes_canaries", out / "splits", overwrite=True)
+    sizes = ", ".join(f"{k}: {v['patients']} patients" for k, v in parts["parts"].items())
+    out_console.print(sizes)
+    out_console.rule("[bold]5. tokenizer, index and encoding")
+    lines = [
+        line
+        for f in dataset_files(out / "splits" / "reference")
+        for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()
+        for line in t.splitlines()
+    ]
+    tok = train_wordpiece(lines, out / "tokenizer", vocab_size=3000, max_len=128)
+    # The index sees every patient (with the surrogates' gold spans as direct identifiers):
+    # a canary's secret is used by one patient only, so PPMLM protects it.
+    docs = out / "notes_canaries"
+    write_index(docs, out / "terms_all", k=2, ngram=1, spans=docs, overwrite=True)
+    enc = {}
+    for name in ("members", "reference", "heldout"):
+        enc[name] = out / f"enc_{name}"
+        run_encode(out / "splits" / name, enc[name], tok, terms=out / "terms_all", spans=docs,
+                   max_len=128, overwrite=True)  # fmt: skip
+    out_console.rule("[bold]6. train a tiny BERT with ppmlm, and a reference model")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=3000, hidden_size=64, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=128,
+                        max_position_embeddings=128)  # fmt: skip
+    BertForMaskedLM(config).save_pretrained(out / "bert_init")
+    for name, data, objective in (("model_ppmlm", "members", "ppmlm"),
+                                  ("model_reference", "reference", "mlm")):  # fmt: skip
+        cfg = TrainConfig(objective=objective, max_steps=steps, batch_size=16,
+                          learning_rate=1e-3, pad_to=8)  # fmt: skip
+        s = run_train(enc[data], out / "bert_init", out / name, cfg)
+        out_console.print(f"{name}: {s['steps']} steps, loss {s['first_loss']:.2f} -> "
+                          f"{s['final_loss']:.2f}")  # fmt: skip
+    out_console.rule("[bold]7. privacy audit")
+    result = run_audit(
+        out / "model_ppmlm",
+        enc["members"],
+        enc["heldout"],
+        reference_model=out / "model_reference",
+        canaries=out / "notes_canaries",
+        docs=out / "splits" / "members",
+        tokenizer=tok,
+        out=out / "report",
+        max_identifiers=2000,
+        utility_words=1000,
+        n_boot=200,
+        name_slots=50,
+        canary_samples=200,
+        label="ppmlm (demo)",
+        overwrite=True,
+        progress=True,
+    )
+    print_verdict(result.data)
+    out_console.print(f"audit report: {result.html}", soft_wrap=True)
 
 
 def gold_words_flagged(filled: Path, terms: Path) -> tuple[int, int]:

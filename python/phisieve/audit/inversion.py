@@ -109,7 +109,7 @@ class Inverter:
         """One-word slots: first and last names in one list (a name in both, once)."""
 
     def _ids(self, text: str) -> list[int]:
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+        return list(self.tok(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def _token_lists(self, names: list[str], like: str, lead: str) -> list[list[int]]:
         case = (
@@ -119,7 +119,8 @@ class Inverter:
         if cache_key not in self._cache:
             texts = [lead + _cased(n, like) for n in names]
             self._cache[cache_key] = [
-                list(x) for x in self.tok(texts, add_special_tokens=False)["input_ids"]
+                list(x)
+                for x in self.tok(texts, add_special_tokens=False, verbose=False)["input_ids"]
             ]
         return self._cache[cache_key]
 

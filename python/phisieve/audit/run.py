@@ -465,7 +465,7 @@ def _secret_scores(
     lead = prefix[len(left_text) :]
 
     def ids(text: str) -> list[int]:
-        return list(tok(text, add_special_tokens=False)["input_ids"]) if text else []
+        return list(tok(text, add_special_tokens=False, verbose=False)["input_ids"]) if text else []
 
     if scorer.causal:
         start = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
