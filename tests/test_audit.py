@@ -313,7 +313,7 @@ def test_audit_cli_and_compare_open_in_chromium(bert_setup, minilm, tmp_path, ca
     assert data["model"]["label"] == "mlm" and data["reference_model"] is None
     assert data["memorisation"]["alpha"]["gain"] is None
     assert data["memorisation"]["alpha"]["why"] == "needs --reference-model"
-    main(["audit", "--compare", str(tmp_path / "mlm"), "--compare", str(tmp_path / "init"),
+    main(["audit", "--compare", str(tmp_path / "mlm"), str(tmp_path / "init"),
           "--out", str(tmp_path / "cmp")])  # fmt: skip
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())
     browser_check(tmp_path / "mlm" / "index.html", min_images=3)

@@ -738,8 +738,11 @@ def audit(
         Path | None, typer.Option(help="Tokenizer the data was encoded with.")
     ] = None,
     compare: Annotated[
-        list[Path] | None,
-        typer.Option(help="Report folders to show side by side (instead of auditing)."),
+        bool,
+        typer.Option(help="Put the REPORTS (audit report folders) side by side instead."),
+    ] = False,
+    reports: Annotated[
+        list[Path] | None, typer.Argument(help="With --compare: report folders.")
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda...")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 32,
@@ -763,9 +766,13 @@ def audit(
     if compare:
         from .audit.report import compare_reports
 
-        page = compare_reports(list(compare), out)
-        out_console.print(f"comparison of {len(compare)} reports: {page}")
+        if not reports:
+            raise ConfigError("--compare needs report folders: audit --compare A B --out DIR")
+        page = compare_reports(list(reports), out)
+        out_console.print(f"comparison of {len(reports)} reports: {page}", soft_wrap=True)
         return
+    if reports:
+        raise ConfigError("report folders are given with --compare")
     if model is None or members is None or non_members is None:
         raise ConfigError("audit needs --model, --members and --non-members (or --compare)")
     from .audit.run import audit as run
