@@ -487,6 +487,17 @@ def _identifiers(result: dict[str, Any]) -> list[str]:
             rows,
         )
     )
+    occ = _get(ids, "occurrences")
+    if isinstance(occ, dict):
+        parts = [
+            f"{label}: {_val(_get(occ, who, 'scored'), 'int')} scored of "
+            f"{_val(_get(occ, who, 'all'), 'int')}"
+            for who, label in (("members", "members"), ("non_members", "non-members"))
+        ]
+        out.append(
+            f'<p class="note">Identifier occurrences ({"; ".join(parts)}); a sample is drawn '
+            "by keyed hash when there are more than the audit's cap.</p>"
+        )
     u = _get(ids, "utility")
     out.append("<h3>Utility (non-identifier words)</h3>")
     if isinstance(u, dict):

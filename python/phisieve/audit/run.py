@@ -224,10 +224,11 @@ class _Side:
 
 def _identifier_side(
     seqs: Sequences, tok: Any, limit: int | None, seed: int, salt: str
-) -> tuple[list[Occurrence], list[str]]:
+) -> tuple[list[Occurrence], list[str], int]:
     occ = [o for o in word_occurrences(seqs) if o.direct or o.indirect]
+    total = len(occ)
     occ = sample(occ, limit, seed, salt, lambda o: (int(seqs.seq_ids[o.row]), int(o.positions[0])))
-    return occ, [_word_text(tok, seqs.ids[o.row][o.positions]) for o in occ]
+    return occ, [_word_text(tok, seqs.ids[o.row][o.positions]) for o in occ], total
 
 
 def _membership(
@@ -763,8 +764,9 @@ def audit(
         lap("membership_scores")
         # 2. Identifier words, whole word masked, on both sides (model and reference).
         sides = {}
+        totals: dict[str, int] = {}
         for name, seqs in (("members", sm), ("non_members", sn)):
-            occ, texts = _identifier_side(seqs, tok, max_identifiers, seed, name)
+            occ, texts, totals[name] = _identifier_side(seqs, tok, max_identifiers, seed, name)
             sc = scorer.word_scores(seqs, occ)
             rsc = ref.word_scores(seqs, occ) if ref is not None else None
             alpha = np.array([_is_alpha(t) for t in texts], dtype=bool)
@@ -797,6 +799,9 @@ def audit(
                 "alpha": _group_stats(side.scores, side.is_alpha),
                 "numeric": _group_stats(side.scores, ~side.is_alpha),
             }
+        identifiers["occurrences"] = {
+            name: {"all": totals[name], "scored": len(side.occ)} for name, side in sides.items()
+        }
         identifiers["top_recovered"] = _top_recovered(sides["members"], show_identifiers)
         memorisation = _memorisation(sides, n_boot, seed)
         membership = _membership(
