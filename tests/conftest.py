@@ -68,26 +68,11 @@ def minilm() -> Path:
 @pytest.fixture(scope="session")
 def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPT-2-style byte-level BPE tokenizer trained on the PhysioNet notes."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
+    from phisieve.training.tokenizers import train_bpe
 
     text = (physionet_dir / "id.text").read_text(encoding="utf-8", errors="replace")
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(
-        text.splitlines(),
-        vocab_size=2000,
-        min_frequency=2,
-        special_tokens=["<|endoftext|>", "<pad>"],
-        show_progress=False,
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe._tokenizer,
-        eos_token="<|endoftext|>",
-        bos_token="<|endoftext|>",
-        pad_token="<pad>",
-    )
     out = tmp_path_factory.mktemp("bpe")
-    tok.save_pretrained(out)
+    train_bpe(text.splitlines(), out, vocab_size=2000, max_len=1_000_000)
     return out
 
 
