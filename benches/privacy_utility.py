@@ -1,0 +1,960 @@
+"""Privacy vs utility of every training objective on real notes (the paper's Figures 7 and 9).
+
+The PhysioNet deid notes are split by patient (``phisieve split``, seed 0) into members
+(trained on), reference and held-out patients (0.6 / 0.2 / 0.2). The tokenizers (WordPiece
+for BERT, byte-level BPE for GPT-2) are learnt on the reference split's text alone, so they
+are neutral between members and held-out patients. A small BERT is trained from random
+initialisation with ``mlm``, ``mlma``, ``ppmlm``, ``ppmlm`` with an untied output layer,
+``ppmlm`` with protected words hidden from the input, ``dpp`` and ``ipp``, and a small GPT-2
+with ``clm`` and ``ppclm``; reference models (BERT ``mlm``, GPT-2 ``clm``) are trained on the
+reference split. Every model is audited (``phisieve.audit.audit``: members vs held-out
+patients, calibrated by the reference model of the same epoch) after several numbers of
+epochs; the reference models are audited once, as a control. Identifier flags come from an
+index of the whole corpus (k = 2, n = 1) with the gold PHI as direct spans, so "identifier"
+means "identifies a patient of this corpus".
+
+    python benches/privacy_utility.py                  # CPU default: < 30 min on 2 cores
+    python benches/privacy_utility.py --quick          # ~2-minute smoke run
+    python benches/privacy_utility.py --device cuda --size base   # BERT-base-like, 64 epochs
+
+The CPU default (``tiny``) trains 2-layer, 128-wide models on 128-token sequences, two models
+at a time (one thread each), and cuts members' and held-out patients' text to their first
+15,000 characters (whole notes) so that the longest records do not dominate the time.
+
+It prints one row per model and checkpoint, writes ``results.json`` and the compare report
+(privacy vs utility) under ``--out`` (default ``/tmp/pu/out``). With ``--proxy`` (always,
+when the audit module is missing) it also prints a memorisation proxy computed here: held-out
+minus members' identifier-token NLL (identifier words masked a third at a time; next token for
+GPT-2) under the model, minus the same under the reference model, per patient with a bootstrap
+interval (positive = members' identifiers became easier than the reference explains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from phisieve import ingest, write_index
+from phisieve.audit.split import split as split_patients
+from phisieve.dataset import dataset_files, write_dataset
+from phisieve.detect import write_spans
+from phisieve.encode import encode
+from phisieve.gold import read_physionet_gold
+
+CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
+SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
+
+SIZES: dict[str, dict[str, Any]] = {
+    # CPU default: 2 cores, < 30 minutes including the audits.
+    "tiny": {
+        "bert": {"layers": 2, "hidden": 128, "heads": 4, "intermediate": 512},
+        "gpt": {"layers": 2, "hidden": 128, "heads": 4},
+        "wordpiece_vocab": 4000,
+        "bpe_vocab": 4000,
+        "max_len": 128,
+        "batch_size": 16,
+        "learning_rate": 1e-3,
+        "dropout": 0.0,
+        "warmup_ratio": 0.06,
+        "epochs": [2, 6, 12],
+        "max_chars": 15_000,
+    },
+    # The paper's setting on a GPU.
+    "base": {
+        "bert": {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072},
+        "gpt": {"layers": 12, "hidden": 768, "heads": 12},
+        "wordpiece_vocab": 8000,
+        "bpe_vocab": 8000,
+        "max_len": 512,
+        "batch_size": 32,
+        "learning_rate": 1e-4,
+        "dropout": 0.1,
+        "warmup_ratio": 0.06,
+        "epochs": [4, 16, 64],
+        "max_chars": None,
+    },
+}
+QUICK: dict[str, Any] = {"size": {"epochs": [2], "max_chars": 6_000}, "patients": 24}
+"""``--quick``: the tiny models, one checkpoint, 24 patients, 6,000 characters each."""
+
+RUNS: list[dict[str, Any]] = [
+    {"name": "mlm", "model": "bert", "objective": "mlm"},
+    {"name": "mlma", "model": "bert", "objective": "mlma", "data": "members_pseudo"},
+    {"name": "ppmlm", "model": "bert", "objective": "ppmlm"},
+    {"name": "ppmlm+untie_output", "model": "bert", "objective": "ppmlm", "untie_output": True},
+    {
+        "name": "ppmlm+hide_protected_input",
+        "model": "bert",
+        "objective": "ppmlm",
+        "hide_protected_input": True,
+    },
+    {"name": "dpp", "model": "bert", "objective": "dpp"},
+    {"name": "ipp", "model": "bert", "objective": "ipp"},
+    {"name": "clm", "model": "gpt", "objective": "clm"},
+    {"name": "ppclm", "model": "gpt", "objective": "ppclm"},
+]
+REFERENCES = {
+    "bert": {"name": "reference-mlm", "model": "bert", "objective": "mlm", "data": "reference"},
+    "gpt": {"name": "reference-clm", "model": "gpt", "objective": "clm", "data": "reference"},
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def first_chars(docs: pa.Table, max_chars: int) -> pa.Table:
+    """Each patient's notes, in order, up to the first that reaches ``max_chars`` characters
+    of the patient's text (whole notes: the CPU setting's bound on the longest records)."""
+    seen: dict[str, int] = {}
+    keep = []
+    lengths = pc.utf8_length(docs.column("text")).to_pylist()
+    for patient, n in zip(docs.column("patient_id").to_pylist(), lengths, strict=True):
+        before = seen.get(patient, 0)
+        keep.append(before < max_chars)
+        seen[patient] = before + n
+    return docs.filter(pa.array(keep))
+
+
+def prepare_data(work: Path, patients_limit: int | None, max_chars: int | None) -> dict[str, Any]:
+    """Ingest the notes, gold spans, the whole-corpus index (k = 2, n = 1, gold as direct
+    spans) and the three patient splits (``phisieve split``: documents, and the gold spans
+    of each). Members' and held-out patients' text is cut to ``max_chars`` per patient when
+    given; the reference split (tokenizers, reference model) keeps all of its text."""
+    docs_dir, gold_dir, terms_dir = work / "docs", work / "gold", work / "terms"
+    ingest(CORPUS / "id.text", docs_dir, "physionet", overwrite=True)
+    gold = read_physionet_gold(CORPUS / "id-phi.phrase")
+    write_spans(gold, gold_dir, overwrite=True)
+    write_index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
+                overwrite=True)  # fmt: skip
+    summary = split_patients(docs_dir, work / "split", fractions=SPLIT, seed=0, overwrite=True)
+    splits: dict[str, Any] = {}
+    for name, part_info in summary["parts"].items():
+        part = pa.concat_tables([pq.read_table(f) for f in dataset_files(part_info["path"])])
+        patients = sorted(set(part.column("patient_id").to_pylist()))
+        if patients_limit:  # --quick: the first patients of each split
+            keep = max(2, round(SPLIT[name] * patients_limit))
+            part = part.filter(pc.is_in(part.column("patient_id"), pa.array(patients[:keep])))
+            patients = patients[:keep]
+        if max_chars and name != "reference":
+            part = first_chars(part, max_chars)
+        out = work / f"docs-{name}"
+        write_dataset(part, out, stage="split", overwrite=True)
+        spans = gold.filter(pc.is_in(gold.column("doc_id"), value_set=part.column("doc_id")))
+        write_spans(spans, work / f"gold-{name}", overwrite=True)
+        splits[name] = {
+            "docs": out,
+            "gold": work / f"gold-{name}",
+            "patients": len(patients),
+            "documents": part.num_rows,
+            "characters": int(pc.sum(pc.utf8_length(part.column("text"))).as_py()),
+        }
+    return {"docs": docs_dir, "gold": gold_dir, "terms": terms_dir, "splits": splits}
+
+
+def _reference_lines(docs_dir: Path) -> list[str]:
+    lines: list[str] = []
+    for f in dataset_files(docs_dir):
+        for text in pq.read_table(f, columns=["text"]).column("text").to_pylist():
+            lines.extend(line for line in text.splitlines() if line.strip())
+    return lines
+
+
+def train_tokenizers(reference_docs: Path, out: Path, size: dict[str, Any]) -> dict[str, Path]:
+    """A WordPiece tokenizer (BERT) and a byte-level BPE (GPT-2) learnt on the reference
+    split's text only (:mod:`phisieve.training.tokenizers`)."""
+    from phisieve.training.tokenizers import train_bpe, train_wordpiece
+
+    lines = _reference_lines(reference_docs)
+    paths = {"bert": out / "tokenizer-wordpiece", "gpt": out / "tokenizer-bpe"}
+    for path in paths.values():
+        shutil.rmtree(path, ignore_errors=True)
+    train_wordpiece(lines, paths["bert"], vocab_size=size["wordpiece_vocab"],
+                    max_len=size["max_len"])  # fmt: skip
+    train_bpe(lines, paths["gpt"], vocab_size=size["bpe_vocab"], max_len=size["max_len"])
+    return paths
+
+
+def encode_splits(
+    data: dict[str, Any], tokenizers: dict[str, Path], work: Path, max_len: int, kinds: set[str]
+) -> dict[str, dict[str, Path]]:
+    """Every split encoded for each model kind, with the whole-corpus terms and the gold
+    spans; for BERT also the members pseudonymised (MLMA)."""
+    encoded: dict[str, dict[str, Path]] = {}
+    for kind in sorted(kinds):
+        encoded[kind] = {}
+        jobs = [(name, name, False) for name in ("members", "reference", "heldout")]
+        if kind == "bert":
+            jobs.append(("members_pseudo", "members", True))
+        for name, split, pseudo in jobs:
+            out = work / f"enc-{kind}-{name}"
+            s = data["splits"][split]
+            encode(
+                s["docs"],
+                out,
+                tokenizers[kind],
+                terms=data["terms"],
+                spans=s["gold"],
+                max_len=max_len,
+                pseudonymize=pseudo,
+                overwrite=True,
+            )
+            encoded[kind][name] = out
+    return encoded
+
+
+def sequences(encoded: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in dataset_files(encoded))
+
+
+# --------------------------------------------------------------------------- models
+
+
+def sparse_mlm_class() -> type:
+    """``BertForMaskedLM`` that, given labels, runs the output layer only where a token is
+    predicted (the same loss; about half the CPU time of a tiny model, whose vocabulary
+    projection dominates). It saves as, and loads back as, a plain ``BertForMaskedLM``."""
+    import torch.nn.functional as F
+    from transformers import BertForMaskedLM
+    from transformers.modeling_outputs import MaskedLMOutput
+
+    class SparseBertForMaskedLM(BertForMaskedLM):
+        def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):  # type: ignore[no-untyped-def]
+            if labels is None:
+                return super().forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            hidden = self.bert(input_ids, attention_mask=attention_mask, **kwargs)[0]
+            predicted = labels != -100
+            logits = self.cls(hidden[predicted])
+            return MaskedLMOutput(loss=F.cross_entropy(logits.float(), labels[predicted]))
+
+    SparseBertForMaskedLM.__name__ = "BertForMaskedLM"  # the class its checkpoints name
+    return SparseBertForMaskedLM
+
+
+def new_model(kind: str, size: dict[str, Any], tokenizer: Path) -> Any:
+    """A randomly initialised BERT (masked LM) or GPT-2 (causal LM), seed 0."""
+    import torch
+    from transformers import (
+        BertConfig,
+        GPT2Config,
+        GPT2LMHeadModel,
+        PreTrainedTokenizerFast,
+    )
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tokenizer))
+    torch.manual_seed(0)
+    if kind == "bert":
+        s = size["bert"]
+        config = BertConfig(
+            vocab_size=len(tok),
+            hidden_size=s["hidden"],
+            num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"],
+            intermediate_size=s["intermediate"],
+            max_position_embeddings=size["max_len"],
+            pad_token_id=tok.pad_token_id,
+            hidden_dropout_prob=size["dropout"],
+            attention_probs_dropout_prob=size["dropout"],
+        )
+        return sparse_mlm_class()(config)
+    s = size["gpt"]
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=size["max_len"],
+        n_embd=s["hidden"],
+        n_layer=s["layers"],
+        n_head=s["heads"],
+        resid_pdrop=size["dropout"],
+        embd_pdrop=size["dropout"],
+        attn_pdrop=size["dropout"],
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    return GPT2LMHeadModel(config)
+
+
+def train_run(
+    run: dict[str, Any],
+    encoded: Path,
+    tokenizer: Path,
+    out: Path,
+    size: dict[str, Any],
+    epochs: list[int],
+    device: str,
+) -> dict[str, Any]:
+    """Train one objective for ``max(epochs)`` epochs; return the model folder at each
+    requested epoch (checkpoints every gcd(epochs) epochs, those not asked for deleted; the
+    last is the final model)."""
+    from phisieve.masking import MaskingConfig
+    from phisieve.train import TrainConfig, train
+
+    spe = math.ceil(sequences(encoded) / size["batch_size"])  # one optimizer step per batch
+    every = spe * math.gcd(*epochs) if len(epochs) > 1 else None
+    cfg = TrainConfig(
+        objective=run["objective"],
+        epochs=max(epochs),
+        batch_size=size["batch_size"],
+        learning_rate=size["learning_rate"],
+        warmup_ratio=size["warmup_ratio"],
+        checkpoint_every=every,
+        device=device,
+        seed=0,
+        masking=MaskingConfig(hide_protected_input=bool(run.get("hide_protected_input"))),
+        untie_output=bool(run.get("untie_output")),
+    )
+    model = new_model(run["model"], size, tokenizer)
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    summary = train(encoded, model, out, cfg)
+    seconds = time.perf_counter() - started
+    checkpoints = {}
+    for e in epochs:
+        step = e * spe
+        path = out if e == max(epochs) else out / f"checkpoint-{step}"
+        if not (path / "config.json").is_file():
+            return {"skipped": f"no checkpoint at epoch {e} (step {step})"}
+        checkpoints[e] = path
+    keep = {p.name for p in checkpoints.values()}
+    for extra in out.glob("checkpoint-*"):  # the gcd schedule writes more than we audit
+        if extra.name not in keep:
+            shutil.rmtree(extra)
+    return {
+        "checkpoints": checkpoints,
+        "seconds": seconds,
+        "steps": summary["steps"],
+        "steps_per_epoch": spe,
+        "seconds_per_epoch": seconds / max(epochs),
+        "first_loss": summary["first_loss"],
+        "final_loss": summary["final_loss"],
+    }
+
+
+# --------------------------------------------------------------------------- proxy
+
+
+def _read_encoded(encoded: Path) -> pa.Table:
+    cols = ["seq_id", "patient_id", "input_ids", "word_ids", "direct", "indirect"]
+    return pa.concat_tables([pq.read_table(f, columns=cols) for f in dataset_files(encoded)])
+
+
+def identifier_nll(
+    model_dir: Path,
+    encoded: Path,
+    causal: bool,
+    mask_id: int | None,
+    device: str,
+    rounds: int = 3,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Per-token NLL of identifier tokens (``direct`` or ``indirect``) and of the other word
+    tokens' patients. Masked LM: identifier words are masked in ``rounds`` interleaved groups
+    (whole words), each group in its own copy of the sequence; causal LM: next-token NLL.
+    Returns the NLL of every identifier token with its patient."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
+    model = cls.from_pretrained(str(model_dir)).to(device).eval()
+    table = _read_encoded(encoded)
+    inputs: list[np.ndarray] = []
+    targets: list[np.ndarray] = []  # positions scored in each input
+    owner: list[int] = []
+    rows = table.to_pylist()
+    for i, row in enumerate(rows):
+        ids = np.asarray(row["input_ids"], dtype=np.int64)
+        ident = np.asarray(row["direct"]) | np.asarray(row["indirect"])
+        if not ident.any():
+            continue
+        if causal:
+            pos = np.flatnonzero(ident)
+            pos = pos[pos > 0]
+            if len(pos):
+                inputs.append(ids)
+                targets.append(pos)
+                owner.append(i)
+            continue
+        words = np.asarray(row["word_ids"])
+        ident_words = np.unique(words[ident & (words >= 0)])
+        for r in range(rounds):
+            group = ident_words[r::rounds]
+            if not len(group):
+                continue
+            pos = np.flatnonzero(np.isin(words, group) & ident)
+            masked = ids.copy()
+            masked[np.isin(words, group)] = mask_id
+            inputs.append(masked)
+            targets.append(pos)
+            owner.append(i)
+    nll: list[float] = []
+    patients: list[str] = []
+    with torch.inference_mode():
+        for start in range(0, len(inputs), batch_size):
+            chunk = range(start, min(start + batch_size, len(inputs)))
+            width = max(len(inputs[j]) for j in chunk)
+            ids = torch.zeros((len(chunk), width), dtype=torch.long)
+            att = torch.zeros((len(chunk), width), dtype=torch.long)
+            for k, j in enumerate(chunk):
+                ids[k, : len(inputs[j])] = torch.from_numpy(inputs[j])
+                att[k, : len(inputs[j])] = 1
+            # The output layer only where a token is scored (it dominates a tiny model).
+            body = model.transformer if causal else model.bert
+            head = model.lm_head if causal else model.cls
+            hidden = body(input_ids=ids.to(device), attention_mask=att.to(device))[0]
+            rows_at, cols_at, wanted = [], [], []
+            for k, j in enumerate(chunk):
+                orig = np.asarray(rows[owner[j]]["input_ids"], dtype=np.int64)
+                at = targets[j] - 1 if causal else targets[j]
+                rows_at.append(np.full(len(at), k))
+                cols_at.append(at)
+                wanted.append(orig[targets[j]])
+                patients.extend([rows[owner[j]]["patient_id"]] * len(at))
+            r = torch.from_numpy(np.concatenate(rows_at)).to(device)
+            c = torch.from_numpy(np.concatenate(cols_at)).to(device)
+            w = torch.from_numpy(np.concatenate(wanted)).to(device)
+            logp = torch.log_softmax(head(hidden[r, c]).float(), dim=-1)
+            nll.extend((-logp.gather(1, w[:, None])[:, 0]).cpu().tolist())
+    return {"nll": np.asarray(nll), "patients": np.asarray(patients)}
+
+
+def cached_nll(
+    model_dir: Path, encoded: Path, causal: bool, mask_id: int | None, device: str, cache: Path
+) -> dict[str, Any]:
+    """:func:`identifier_nll`, kept in ``cache`` (a folder) so that the reference model's
+    numbers are computed once for all the models calibrated by it (workers share it)."""
+    key = hashlib.sha256(f"{Path(model_dir).resolve()}\x00{Path(encoded).resolve()}".encode())
+    file = cache / f"{key.hexdigest()[:24]}.npz"
+    if file.is_file():
+        with np.load(file) as z:
+            return {"nll": z["nll"], "patients": z["patients"]}
+    r = identifier_nll(model_dir, encoded, causal, mask_id, device)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f"{file.stem}.{os.getpid()}.npz")
+    np.savez(tmp, nll=r["nll"], patients=r["patients"].astype(str))
+    tmp.replace(file)
+    return r
+
+
+def _per_patient(r: dict[str, Any]) -> dict[str, float]:
+    nll, pats = r["nll"], r["patients"]
+    return {str(p): float(nll[pats == p].mean()) for p in np.unique(pats)}
+
+
+def memorisation_proxy(
+    model_dir: Path,
+    reference_dir: Path,
+    members: Path,
+    heldout: Path,
+    causal: bool,
+    mask_id: int | None,
+    device: str,
+    cache: Path,
+    resamples: int = 1000,
+) -> dict[str, Any]:
+    """Held-out minus members' identifier NLL under the model (``gap``), and the same minus
+    that under the reference model (``gain``; positive = members' identifiers became easier
+    than the reference explains): token-level, and patient-level (per-patient mean of the
+    model-minus-reference NLL, held-out patients' mean minus members') with a 95% bootstrap
+    interval over patients."""
+    res: dict[str, dict[str, Any]] = {}
+    for name, path in (("model", model_dir), ("reference", reference_dir)):
+        for split, enc in (("members", members), ("heldout", heldout)):
+            res[f"{name}_{split}"] = cached_nll(path, enc, causal, mask_id, device, cache)
+    mean = {k: float(v["nll"].mean()) for k, v in res.items()}
+    out: dict[str, Any] = {f"{k}_nll": v for k, v in mean.items()}
+    out["gap"] = mean["model_heldout"] - mean["model_members"]
+    out["gain_tokens"] = out["gap"] - (mean["reference_heldout"] - mean["reference_members"])
+    d = {}
+    for split in ("members", "heldout"):
+        m, r = _per_patient(res[f"model_{split}"]), _per_patient(res[f"reference_{split}"])
+        d[split] = np.array([m[p] - r[p] for p in sorted(m)])
+    out["gain_patients"] = float(d["heldout"].mean() - d["members"].mean())
+    rng = np.random.default_rng(0)
+    boot = [
+        rng.choice(d["heldout"], len(d["heldout"])).mean()
+        - rng.choice(d["members"], len(d["members"])).mean()
+        for _ in range(resamples)
+    ]
+    out["gain_patients_ci"] = [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))]
+    out["patients"] = {k: len(v) for k, v in d.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def audit_function() -> tuple[Any, Any] | None:
+    try:
+        from phisieve.audit import audit, compare_reports
+    except ImportError:
+        return None
+    return audit, compare_reports
+
+
+def _g(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def summarise(a: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one audit.json that the table shows."""
+    ident = a.get("identifiers") or {}
+    mem = a.get("memorisation") or {}
+    patient = _g(a, "membership", "patient") or {}
+    return {
+        "privacy": _g(ident, "members", "overall", "privacy"),
+        "privacy_direct": _g(ident, "members", "direct", "privacy"),
+        "privacy_indirect": _g(ident, "members", "indirect", "privacy"),
+        "privacy_top5": (
+            None
+            if _g(ident, "members", "overall", "top5") is None
+            else 1 - ident["members"]["overall"]["top5"]
+        ),
+        "utility_top1": _g(ident, "utility", "top1"),
+        "perplexity": _g(ident, "utility", "perplexity"),
+        "gain_alpha": _g(mem, "alpha", "gain"),
+        "gain_alpha_ci": _g(mem, "alpha", "gain_ci"),
+        "gain_numeric": _g(mem, "numeric", "gain"),
+        "gain_numeric_ci": _g(mem, "numeric", "gain_ci"),
+        "gap": _g(mem, "all", "gap"),
+        "auc_loss": _g(patient, "loss", "auc"),
+        "auc_loss_ci": _g(patient, "loss", "auc_ci"),
+        "auc_reference": _g(patient, "reference", "auc"),
+        "id_mia_recall": _g(a, "identifier_mia", "recall"),
+        "id_mia_precision": _g(a, "identifier_mia", "precision"),
+    }
+
+
+def _f(x: Any, fmt: str = ".3f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ci(x: Any, ci: Any, fmt: str = ".3f") -> str:
+    if x is None:
+        return "—"
+    return _f(x, fmt) + (f" [{_f(ci[0], fmt)}, {_f(ci[1], fmt)}]" if ci else "")
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    audited = [r for r in rows if "audit" in r]
+    if audited:
+        head = (
+            "| model | objective | epochs | privacy | direct | indirect | top-5 privacy "
+            "| utility top-1 | perplexity | gain alpha [CI] | gain numeric [CI] | gap "
+            "| patient loss AUC [CI] | ref-calibrated AUC | id-MIA recall | id-MIA precision |"
+        )
+        print(head)
+        print("|" + "---|" * 3 + "---:|" * 13)
+        for r in audited:
+            s = r["audit"]
+            print(
+                f"| {r['run']} | {r['objective']} | {r['epochs']} | {_f(s['privacy'])} "
+                f"| {_f(s['privacy_direct'])} | {_f(s['privacy_indirect'])} "
+                f"| {_f(s['privacy_top5'])} | {_f(s['utility_top1'])} "
+                f"| {_f(s['perplexity'], '.1f')} | {_ci(s['gain_alpha'], s['gain_alpha_ci'])} "
+                f"| {_ci(s['gain_numeric'], s['gain_numeric_ci'])} | {_f(s['gap'])} "
+                f"| {_ci(s['auc_loss'], s['auc_loss_ci'])} | {_f(s['auc_reference'])} "
+                f"| {_f(s['id_mia_recall'])} | {_f(s['id_mia_precision'])} |"
+            )
+    proxied = [r for r in rows if "proxy" in r]
+    if proxied:
+        print(
+            "\n| model | objective | epochs | members id NLL | held-out id NLL | gap "
+            "| proxy gain (tokens) | proxy gain (patients) |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|"
+        )
+        for r in proxied:
+            p = r["proxy"]
+            print(
+                f"| {r['run']} | {r['objective']} | {r['epochs']} "
+                f"| {_f(p['model_members_nll'])} | {_f(p['model_heldout_nll'])} "
+                f"| {_f(p['gap'])} | {_f(p['gain_tokens'])} "
+                f"| {_ci(p['gain_patients'], p['gain_patients_ci'])} |"
+            )
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Memorisation gain (names, places) and patient-level membership AUC against epochs, one
+    line per objective, with their 95% intervals."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
+    runs = sorted({r["run"] for r in rows if "audit" in r and not r["run"].startswith("ref")})
+    for run in runs:
+        pts = sorted((r for r in rows if r["run"] == run and "audit" in r),
+                     key=lambda r: r["epochs"])  # fmt: skip
+        ep = [r["epochs"] for r in pts]
+        for ax, key in zip(axes, ("gain_alpha", "auc_loss"), strict=True):
+            y = [r["audit"][key] for r in pts]
+            ci = [r["audit"][f"{key}_ci"] for r in pts]
+            if any(v is None for v in y):
+                continue
+            line = ax.plot(ep, y, marker="o", label=run)[0]
+            if all(c for c in ci):
+                ax.fill_between(ep, [c[0] for c in ci], [c[1] for c in ci], alpha=0.12,
+                                color=line.get_color())  # fmt: skip
+    axes[0].axhline(0, color="grey", lw=0.8)
+    axes[0].set(xlabel="epochs", ylabel="nats",
+                title="Calibrated memorisation gain, names & places")  # fmt: skip
+    axes[1].axhline(0.5, color="grey", lw=0.8)
+    axes[1].set(xlabel="epochs", ylabel="ROC AUC", title="Patient membership inference (loss)")
+    axes[1].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    return path
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def _init_worker(threads: int) -> None:
+    """A pool worker: ``threads`` torch threads (one per core is what tiny models use well)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def train_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train one run (a pool task); errors come back as ``{"error": ...}``."""
+    run = job["run"]
+    log(f"train {run['name']} ({run['objective']}, {run['model']}) on {job['data']}")
+    try:
+        info = train_run(
+            run, job["encoded"], job["tokenizer"], job["out"], job["size"], job["epochs"],
+            job["device"],
+        )  # fmt: skip
+    except Exception as e:  # one failed run must not lose the others
+        return {"error": f"{type(e).__name__}: {e}"}
+    if "skipped" in info:
+        log(f"  {run['name']}: skipped ({info['skipped']})")
+    else:
+        log(
+            f"  {run['name']}: {info['seconds']:.0f} s, {info['seconds_per_epoch']:.1f} s/epoch, "
+            f"{info['steps']} steps, loss {info['first_loss']:.2f} -> {info['final_loss']:.2f}"
+        )
+    return info
+
+
+def eval_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Audit one checkpoint and/or compute its memorisation proxy (a pool task)."""
+    row: dict[str, Any] = dict(job["row"])
+    label = f"{row['run']}@{row['epochs']}"
+    try:
+        if job["audit"]:
+            fns = audit_function()
+            assert fns is not None
+            t = time.perf_counter()
+            result = fns[0](
+                job["model"],
+                members=job["members"],
+                non_members=job["heldout"],
+                reference_model=job["reference"],
+                tokenizer=job["tokenizer"],
+                docs=job["docs"],
+                spans=job["spans"],
+                out=job["report"],
+                device=job["device"],
+                seed=0,
+                overwrite=True,
+                label=label,
+            )
+            row["audit"] = summarise(result.data)
+            row["audit_seconds"] = time.perf_counter() - t
+            row["report"] = str(job["report"])
+            log(f"  audit {label}: {row['audit_seconds']:.0f} s")
+        if job["proxy"]:
+            t = time.perf_counter()
+            if job["reference"] is None:  # a reference model: only fill the cache
+                for enc in (job["members"], job["heldout"]):
+                    cached_nll(job["model"], enc, job["causal"], job["mask_id"],
+                               job["device"], job["cache"])  # fmt: skip
+            else:
+                p = memorisation_proxy(
+                    job["model"], job["reference"], job["members"], job["heldout"],
+                    job["causal"], job["mask_id"], job["device"], job["cache"],
+                )  # fmt: skip
+                row["proxy"] = p
+                lo, hi = p["gain_patients_ci"]
+                log(
+                    f"  proxy {label}: gap {p['gap']:.3f}, gain {p['gain_tokens']:.3f} "
+                    f"(patients {p['gain_patients']:.3f} [{lo:.3f}, {hi:.3f}])"
+                )
+            row["proxy_seconds"] = time.perf_counter() - t
+    except Exception as e:  # reported in its row
+        row["error"] = f"{type(e).__name__}: {e}"
+        log(f"  {label}: {row['error']}")
+    return row
+
+
+def run_pool(fn: Any, jobs: list[dict[str, Any]], workers: int, threads: int, done: Any) -> None:
+    """Run ``fn`` on every job, ``workers`` processes at a time (in this process when 1),
+    calling ``done(job, result)`` as each finishes."""
+    if workers <= 1 or len(jobs) <= 1:
+        _init_worker(threads)
+        for job in jobs:
+            done(job, fn(job))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    ) as pool:
+        futures = {pool.submit(fn, job): job for job in jobs}
+        for f in as_completed(futures):
+            done(futures[f], f.result())
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/pu/out"))
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--size", default="tiny", choices=sorted(SIZES))
+    ap.add_argument("--epochs", default=None, help='checkpoints to audit, e.g. "2,8,24"')
+    ap.add_argument(
+        "--objectives",
+        default=None,
+        help="comma-separated subset of: " + ", ".join(r["name"] for r in RUNS),
+    )
+    ap.add_argument("--quick", action="store_true", help="~2-minute smoke run")
+    ap.add_argument(
+        "--proxy",
+        action="store_true",
+        help="also compute the memorisation proxy (always on without the audit module)",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="models trained / audited at once (default: one per core on CPU, 1 on CUDA)",
+    )
+    ap.add_argument(
+        "--max-chars",
+        type=int,
+        default=None,
+        help="cut members' and held-out patients' text to this many characters each "
+        "(whole notes; default: the size's setting, 0 = no cut)",
+    )
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    cores = os.cpu_count() or 1
+    workers = args.jobs or (1 if device == "cuda" else cores)
+    threads = max(1, cores // workers)
+    size = dict(SIZES[args.size])
+    patients_limit = None
+    if args.quick:
+        size.update(QUICK["size"])
+        patients_limit = QUICK["patients"]
+    epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else size["epochs"]
+    epochs = sorted(set(epochs))
+    max_chars = size["max_chars"] if args.max_chars is None else (args.max_chars or None)
+    runs = RUNS
+    if args.objectives:
+        wanted = [o.strip() for o in args.objectives.split(",") if o.strip()]
+        unknown = set(wanted) - {r["name"] for r in RUNS}
+        if unknown:
+            raise SystemExit(f"unknown objectives: {', '.join(sorted(unknown))}")
+        runs = [r for r in RUNS if r["name"] in wanted]
+    kinds = {r["model"] for r in runs}
+    out: Path = args.out
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    with_audit = audit_function() is not None
+    use_proxy = args.proxy or not with_audit
+    if not with_audit:
+        log("phisieve.audit.audit is not importable yet: training only, with the proxy")
+    command = " ".join(["python", *sys.argv] if argv is None else ["python", *argv])
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    t = time.perf_counter()
+    data = prepare_data(work, patients_limit, max_chars)
+    toks = train_tokenizers(data["splits"]["reference"]["docs"], work, size)
+    enc = encode_splits(data, toks, work, size["max_len"], kinds)
+    timings["prepare"] = time.perf_counter() - t
+    log(
+        "split: "
+        + ", ".join(
+            f"{k} {v['patients']} patients / {v['documents']} notes / {v['characters']} chars"
+            for k, v in data["splits"].items()
+        )
+    )
+    for kind in sorted(kinds):
+        log(f"{kind}: " + ", ".join(f"{k} {sequences(v)} seq" for k, v in enc[kind].items()))
+    mask_id = None
+    if "bert" in kinds:
+        from transformers import PreTrainedTokenizerFast
+
+        mask_id = PreTrainedTokenizerFast.from_pretrained(str(toks["bert"])).mask_token_id
+
+    results: dict[str, Any] = {
+        "command": command,
+        "size": args.size,
+        "setting": size,
+        "epochs": epochs,
+        "device": device,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "max_chars_per_patient": max_chars,
+        "split": {
+            k: {kk: str(vv) if isinstance(vv, Path) else vv for kk, vv in v.items()}
+            for k, v in data["splits"].items()
+        },
+        "sequences": {k: {n: sequences(p) for n, p in v.items()} for k, v in enc.items()},
+        "runs": {},
+        "rows": [],
+        "timings": timings,
+    }
+    res_path = out / "results.json"
+
+    def save() -> None:
+        timings["total"] = time.perf_counter() - started
+        res_path.write_text(json.dumps(results, indent=2, default=str))
+
+    # Training: every run and the reference models, longest first.
+    cost = {"bert": 1.0, "gpt": 1.8}  # CPU seconds per sequence, relative
+    train_jobs = []
+    for run in [REFERENCES[k] for k in sorted(kinds)] + runs:
+        data_name = run.get("data", "members")
+        e = enc[run["model"]][data_name]
+        train_jobs.append(
+            {
+                "run": run,
+                "data": data_name,
+                "encoded": e,
+                "tokenizer": toks[run["model"]],
+                "out": out / "models" / run["name"],
+                "size": size,
+                "epochs": epochs,
+                "device": device,
+                "cost": sequences(e) * cost[run["model"]],
+            }
+        )
+    train_jobs.sort(key=lambda j: -j["cost"])
+    trained: dict[str, Any] = {}
+
+    def trained_one(job: dict[str, Any], info: dict[str, Any]) -> None:
+        trained[job["run"]["name"]] = info
+        results["runs"][job["run"]["name"]] = {k: v for k, v in info.items() if k != "checkpoints"}
+        save()
+
+    t = time.perf_counter()
+    run_pool(train_job, train_jobs, workers, threads, trained_one)
+    timings["train"] = time.perf_counter() - t
+
+    # Audits (and the proxy): the reference models first, so their numbers are cached.
+    eval_jobs = []
+    for run in [REFERENCES[k] for k in sorted(kinds)] + runs:
+        info = trained.get(run["name"], {})
+        kind = run["model"]
+        ref = trained.get(REFERENCES[kind]["name"], {}).get("checkpoints", {})
+        for e, ckpt in info.get("checkpoints", {}).items():
+            is_reference = run["name"] == REFERENCES[kind]["name"]
+            # A reference model is audited once, as a control (its last checkpoint); the
+            # others only calibrate (and fill the proxy's cache).
+            audited = with_audit and (not is_reference or e == max(epochs))
+            if not (audited or use_proxy):
+                continue
+            eval_jobs.append(
+                {
+                    "row": {
+                        "run": run["name"],
+                        "objective": run["objective"],
+                        "model": kind,
+                        "epochs": e,
+                        "path": str(ckpt),
+                    },
+                    "audit": audited,
+                    "proxy": use_proxy,
+                    "model": ckpt,
+                    "reference": None if is_reference else ref.get(e),
+                    "members": enc[kind]["members"],
+                    "heldout": enc[kind]["heldout"],
+                    "tokenizer": toks[kind],
+                    "docs": data["splits"]["members"]["docs"],
+                    "spans": data["splits"]["members"]["gold"],
+                    "report": out / "reports" / f"{run['name']}@{e}",
+                    "device": device,
+                    "causal": kind == "gpt",
+                    "mask_id": mask_id,
+                    "cache": work / "nll-cache",
+                }
+            )
+    order = {(r["name"], e): i for i, r in enumerate(RUNS + list(REFERENCES.values()))
+             for e in epochs}  # fmt: skip
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def evaluated(job: dict[str, Any], row: dict[str, Any]) -> None:
+        if not job["audit"] and "proxy" not in row and "error" not in row:
+            return  # a reference checkpoint that only filled the cache
+        rows[(row["run"], row["epochs"])] = row
+        results["rows"] = [rows[k] for k in sorted(rows, key=lambda k: (order[k], k[1]))]
+        save()
+
+    t = time.perf_counter()
+    run_pool(eval_job, eval_jobs, workers, threads, evaluated)
+    timings["audit"] = time.perf_counter() - t
+    reports = [Path(r["report"]) for r in results["rows"] if "report" in r]
+    if reports:
+        fns = audit_function()
+        assert fns is not None
+        fns[1](reports, out / "compare")
+        results["compare"] = str(out / "compare")
+    results["plot"] = str(plot(results["rows"], out / "privacy_utility.png"))
+    save()
+    print()
+    print_table(results["rows"])
+    for name, info in results["runs"].items():
+        if "skipped" in info or "error" in info:
+            print(f"{name}: {info.get('skipped') or info.get('error')}")
+    print(f"\nresults: {res_path}")
+    if "compare" in results:
+        print(f"compare report: {results['compare']}")
+    print(f"plot: {results['plot']}")
+    print(
+        f"total {timings['total']:.0f} s on {device} ({workers} workers x {threads} threads): "
+        f"prepare {timings['prepare']:.0f} s, train {timings['train']:.0f} s, "
+        f"audit {timings['audit']:.0f} s"
+    )
+    print(f"command: {command}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
