@@ -361,3 +361,21 @@ def test_demo_ends_with_an_audit_report(tmp_path, capsys):
     assert d["inversion"]["slots"] > 0
     assert [r["repeats"] for r in d["canaries"]["by_repeats"]] == [1, 4, 16]
     assert all(r["exposure"] is not None for r in d["canaries"]["canaries"])
+
+
+def test_inversion_ranks_break_ties_at_random_for_model_and_baseline():
+    from phisieve.audit.inversion import _mid_rank, _pairs_at_least
+
+    a, b = np.array([0.0, 1.0, 1.0], np.float32), np.array([0.0, 2.0], np.float32)
+    # Pair sums: 0, 2, 1, 3, 1, 3.
+    assert _pairs_at_least(a, b, 3.0) == 2 and _pairs_at_least(a, b, 1.0) == 5
+
+    def count(t: float) -> int:
+        return _pairs_at_least(a, b, t)
+
+    assert _mid_rank(count, 3.0) == 1.5  # tied with one other pair
+    assert _mid_rank(count, 2.0) == 3.0  # two above it, no tie
+    assert _mid_rank(lambda t: 1000 if t <= 0 else 0, 0.0) == 500.5  # a flat model
+    # float32 scores whose float64 sum is the threshold still count the true pair.
+    x, y = np.float32(0.1), np.float32(0.7)
+    assert _pairs_at_least(np.array([x]), np.array([y]), float(x) + float(y)) == 1

@@ -7,7 +7,9 @@ tokens' probabilities at the masked positions (one forward pass per layout of to
 the positions scored independently). One-word slots are ranked over first and last names
 alike. The baseline ranks the same candidates by US Census frequency (the ``names``
 package's 1990 lists), i.e. an attacker who guesses popular names. A slot whose true name is
-not among the candidates counts as a miss for both.
+not among the candidates counts as a miss for both. Model and baseline rank the same
+candidates (at most :data:`MAX_TOKENS` tokens a word), ties broken at random (the expected
+rank: the census frequencies have three decimals, so many names tie).
 """
 
 from __future__ import annotations
@@ -81,11 +83,26 @@ def _cased(name: str, like: str) -> str:
 
 
 def _pairs_at_least(a: np.ndarray, b: np.ndarray, threshold: float) -> int:
-    """How many pairs (i, j) have ``a[i] + b[j] >= threshold``."""
+    """How many pairs (i, j) have ``a[i] + b[j] >= threshold`` (float64)."""
     if not len(a) or not len(b):
         return 0
-    b = np.sort(b)
+    b = np.sort(np.asarray(b, dtype=np.float64))
+    a = np.asarray(a, dtype=np.float64)
     return int((len(b) - np.searchsorted(b, threshold - a, side="left")).sum())
+
+
+def _mid_rank(count: Any, true_score: float) -> float:
+    """The expected rank of the true candidate when ties are broken at random: 1 + those
+    scored higher + half the others scored the same. ``count(t)`` counts candidates (the true
+    one included) scored at least ``t``; scores within a relative 1e-9 are the same."""
+    eps = 1e-9 * max(1.0, abs(true_score))
+    at_least, above = count(true_score - eps), count(true_score + eps)
+    return 1.0 + above + max(0, at_least - above - 1) / 2.0
+
+
+MAX_TOKENS = 6
+"""Candidates with more tokens than this per word are left out (for the model and the
+baseline alike)."""
 
 
 class Inverter:
@@ -130,7 +147,7 @@ class Inverter:
         """For each layout of token counts (one count per slot word), one forward pass:
         per slot word, the candidates with that many tokens (indices) and their summed
         token log-probabilities at the masked positions."""
-        counts = [sorted({len(t) for t in cand if 0 < len(t) <= 6}) for cand in cands]
+        counts = [sorted({len(t) for t in cand if 0 < len(t) <= MAX_TOKENS}) for cand in cands]
         layouts: list[tuple[int, ...]] = [()]
         for c in counts:
             layouts = [(*lay, n) for lay in layouts for n in c]
@@ -156,7 +173,8 @@ class Inverter:
                         [i for i, t in enumerate(cands[w]) if len(t) == n], dtype=np.int64
                     )
                     toks = np.array([cands[w][i] for i in idx], dtype=np.int64).reshape(len(idx), n)
-                    per_word.append((idx, logp[w][np.arange(n), toks].sum(axis=1)))
+                    scores = logp[w][np.arange(n), toks].astype(np.float64).sum(axis=1)
+                    per_word.append((idx, scores))
                 out[layout] = per_word
         return out
 
@@ -190,21 +208,32 @@ class Inverter:
         true_score = 0.0
         for (idx, sc), i in zip(by_layout[true_layout], true_idx, strict=True):
             true_score += float(sc[np.flatnonzero(idx == i)[0]])
-        # Ranks count ties against the true name (a model that scores every candidate alike
-        # ranks it last, not first): the true name itself is among those counted.
-        at_least = 0
-        for per_word in by_layout.values():
-            if len(per_word) == 1:
-                at_least += int((per_word[0][1] >= true_score).sum())
-            else:
-                at_least += _pairs_at_least(per_word[0][1], per_word[1][1], true_score)
-        pop = [np.log(lst.freq) for lst in lists]
-        true_pop = sum(p[i] for p, i in zip(pop, true_idx, strict=True))
-        if len(pop) == 1:
-            base = int((pop[0] >= true_pop).sum())
-        else:
-            base = _pairs_at_least(pop[0], pop[1], true_pop)
-        return {"in_candidates": True, "model": max(1, at_least), "baseline": max(1, base)}
+
+        # Model and baseline rank the same candidates (at most MAX_TOKENS tokens a word), with
+        # ties broken at random (the census frequencies have 3 decimals: many names tie).
+        def model_count(t: float) -> int:
+            n = 0
+            for per_word in by_layout.values():
+                if len(per_word) == 1:
+                    n += int((per_word[0][1] >= t).sum())
+                else:
+                    n += _pairs_at_least(per_word[0][1], per_word[1][1], t)
+            return n
+
+        usable = [np.array([0 < len(t) <= MAX_TOKENS for t in cand], dtype=bool) for cand in cands]
+        pop = [np.log(lst.freq)[ok] for lst, ok in zip(lists, usable, strict=True)]
+        true_pop = float(sum(np.log(lst.freq[i]) for lst, i in zip(lists, true_idx, strict=True)))
+
+        def base_count(t: float) -> int:
+            if len(pop) == 1:
+                return int((pop[0] >= t).sum())
+            return _pairs_at_least(pop[0], pop[1], t)
+
+        return {
+            "in_candidates": True,
+            "model": _mid_rank(model_count, true_score),
+            "baseline": _mid_rank(base_count, true_pop),
+        }
 
 
 def slot_sample(slots: list[tuple[int, int, int]], limit: int, seed: int) -> list[int]:

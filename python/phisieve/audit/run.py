@@ -166,7 +166,9 @@ def _read(path: Path) -> pa.Table:
     cols = ["seq_id", "patient_id", "input_ids", "word_ids", "direct", "indirect"]
     files = dataset_files(path)
     if not files:
-        return pa.table({c: [] for c in cols})
+        from ..encode import ENCODED
+
+        return ENCODED.empty_table().select(cols)
     return pa.concat_tables([pq.read_table(f, columns=cols) for f in files])
 
 
@@ -370,7 +372,7 @@ def _inversion(
         doc_spans = table.column("spans").to_pylist()
     slots = []
     for i, sp in enumerate(doc_spans):
-        if patients[i] not in member_patients:
+        if str(patients[i]) not in member_patients:
             continue
         for s in _span_list(sp):
             if s[2] in NAME_LABELS:
@@ -507,16 +509,24 @@ def _verdict(data: dict[str, Any], objective: str | None) -> list[dict[str, Any]
         if m["gain"] is not None:
             lo = (m["gain_ci"] or (None, None))[0]
             sig = lo is not None and lo > 0
+            if m["gain_ci"] is None:
+                reading, level = "no confidence interval (too few patients or resamples)", "info"
+            elif sig:
+                reading = (
+                    "members' identifiers became easier than non-members' beyond what the "
+                    "reference model explains"
+                )
+                level = "bad"
+            else:
+                reading = "no memorisation of members' identifiers detected (CI includes 0)"
+                level = "ok"
             rows.append(
                 {
                     "measure": f"Calibrated memorisation gain, {title} (nats)",
                     "value": m["gain"],
                     "ci": m["gain_ci"],
-                    "reading": "members' identifiers became easier than non-members' beyond "
-                    "what the reference model explains"
-                    if sig
-                    else "no memorisation of members' identifiers detected (CI includes 0)",
-                    "level": "bad" if sig else "ok",
+                    "reading": reading,
+                    "level": level,
                 }
             )
         elif m["gap"] is not None:
@@ -533,16 +543,19 @@ def _verdict(data: dict[str, Any], objective: str | None) -> list[dict[str, Any]
             )
     pl = data["membership"]["patient"].get("loss")
     if pl is not None:
-        lo = (pl["auc_ci"] or (0.5, 0.5))[0]
-        level = "ok" if lo <= 0.5 else "warn" if pl["auc"] < 0.6 else "bad"
+        if pl["auc_ci"] is None:
+            reading, level = "no confidence interval (too few patients or resamples)", "info"
+        elif pl["auc_ci"][0] > 0.5:
+            reading = "patients in the training set can be told apart from others"
+            level = "warn" if pl["auc"] < 0.6 else "bad"
+        else:
+            reading, level = "membership not detectable at this sample size", "ok"
         rows.append(
             {
                 "measure": "Patient membership inference AUC (loss)",
                 "value": pl["auc"],
                 "ci": pl["auc_ci"],
-                "reading": "patients in the training set can be told apart from others"
-                if lo > 0.5
-                else "membership not detectable at this sample size",
+                "reading": reading,
                 "level": level,
             }
         )
