@@ -190,24 +190,35 @@ _PLACE_TRIGGERS = {
 }
 
 
-def _census() -> dict[str, tuple[bool, bool]]:
+@functools.cache
+def census_frequencies(fname: str) -> dict[str, float]:
+    """One of the ``names`` package's US Census (1990) files — ``dist.male.first``,
+    ``dist.female.first`` or ``dist.all.last`` — as upper-case name -> frequency (per cent),
+    names of two letters or more."""
     try:
         import names
     except ImportError:  # pragma: no cover - a dependency
         raise ConfigError(
             "the name dictionaries need the `names` package: pip install names"
         ) from None
-    root = Path(names.__file__).parent
+    out: dict[str, float] = {}
+    path = Path(names.__file__).parent / fname
+    for line in path.read_text(encoding="ascii").splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and len(fields[0]) >= 2:
+            out[fields[0]] = float(fields[1])
+    return out
+
+
+def _census() -> dict[str, tuple[bool, bool]]:
     out: dict[str, tuple[bool, bool]] = {}
     for fname, is_first in (
         ("dist.male.first", True),
         ("dist.female.first", True),
         ("dist.all.last", False),
     ):
-        for line in (root / fname).read_text(encoding="ascii").splitlines():
-            word = line.split(maxsplit=1)[0].lower() if line.strip() else ""
-            if len(word) < 2:
-                continue
+        for name in census_frequencies(fname):
+            word = name.lower()
             first, last = out.get(word, (False, False))
             out[word] = (first or is_first, last or not is_first)
     return out

@@ -162,19 +162,7 @@ def _census_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ``name`` kind's first and last names: the :data:`NAMES_PER_LIST` most frequent of
     the ``names`` package's census files (first names: male and female shares added; ties
     by name), then sorted alphabetically and title-cased."""
-    try:
-        import names
-    except ImportError:  # pragma: no cover - a dependency
-        raise ConfigError("name canaries need the `names` package: pip install names") from None
-    root = Path(names.__file__).parent
-
-    def shares(fname: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for line in (root / fname).read_text(encoding="ascii").splitlines():
-            fields = line.split()
-            if len(fields) >= 2 and len(fields[0]) >= 2 and fields[0].isalpha():
-                out[fields[0]] = out.get(fields[0], 0.0) + float(fields[1])
-        return out
+    from ..dictionaries import census_frequencies
 
     def top(freq: dict[str, float]) -> tuple[str, ...]:
         best = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMES_PER_LIST]
@@ -182,10 +170,10 @@ def _census_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
             raise ConfigError("the `names` package lists too few names for name canaries")
         return tuple(sorted(w.capitalize() for w, _ in best))
 
-    first = shares("dist.male.first")
-    for word, share in shares("dist.female.first").items():
+    first = dict(census_frequencies("dist.male.first"))
+    for word, share in census_frequencies("dist.female.first").items():
         first[word] = first.get(word, 0.0) + share
-    return top(first), top(shares("dist.all.last"))
+    return top(first), top(census_frequencies("dist.all.last"))
 
 
 def space_size(kind: str) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,18 +56,13 @@ class NameList:
 
 def census_names(kind: str, limit: int) -> NameList:
     """The ``limit`` most frequent US Census ``first`` or ``last`` names (upper case)."""
-    try:
-        import names
-    except ImportError:  # pragma: no cover - a dependency
-        raise ConfigError("model inversion needs the `names` package: pip install names") from None
-    root = Path(names.__file__).parent
+    from ..dictionaries import census_frequencies
+
     files = ("dist.male.first", "dist.female.first") if kind == "first" else ("dist.all.last",)
     freq: dict[str, float] = {}
     for fname in files:
-        for line in (root / fname).read_text(encoding="ascii").splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and len(parts[0]) >= 2:
-                freq[parts[0]] = max(freq.get(parts[0], 0.0), float(parts[1]))
+        for name, f in census_frequencies(fname).items():
+            freq[name] = max(freq.get(name, 0.0), f)
     ranked = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     return NameList([n for n, _ in ranked], np.array([f for _, f in ranked]))
 

@@ -172,14 +172,6 @@ def _read(path: Path) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, columns=cols) for f in files])
 
 
-def _device(name: str) -> Any:
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _word_text(tok: Any, ids: np.ndarray) -> str:
     return str(tok.decode([int(i) for i in ids], skip_special_tokens=True)).strip()
 
@@ -224,12 +216,24 @@ class _Side:
         return np.array([self.seqs.patients[o.row] for o in self.occ], dtype=object)
 
 
+def _sample_words(
+    seqs: Sequences, occ: list[Occurrence], limit: int | None, seed: int, salt: str
+) -> list[Occurrence]:
+    """At most ``limit`` of the word occurrences ``occ``, keyed by (sequence, position)."""
+    return sample(occ, limit, seed, salt, lambda o: (int(seqs.seq_ids[o.row]), int(o.positions[0])))
+
+
 def _identifier_side(
-    seqs: Sequences, tok: Any, limit: int | None, seed: int, salt: str
+    seqs: Sequences,
+    words: list[Occurrence],
+    tok: Any,
+    limit: int | None,
+    seed: int,
+    salt: str,
 ) -> tuple[list[Occurrence], list[str], int]:
-    occ = [o for o in word_occurrences(seqs) if o.direct or o.indirect]
+    occ = [o for o in words if o.direct or o.indirect]
     total = len(occ)
-    occ = sample(occ, limit, seed, salt, lambda o: (int(seqs.seq_ids[o.row]), int(o.positions[0])))
+    occ = _sample_words(seqs, occ, limit, seed, salt)
     return occ, [_word_text(tok, seqs.ids[o.row][o.positions]) for o in occ], total
 
 
@@ -253,7 +257,6 @@ def _membership(
             m[okm], n[okn], member_groups=pm[okm], non_member_groups=pn[okn],
             n_boot=n_boot, seed=seed,
         )  # fmt: skip
-        s.pop("scores", None)
         sample_level[name] = s
         _, vm = metrics.patient_means(m[okm], pm[okm])
         _, vn = metrics.patient_means(n[okn], pn[okn])
@@ -729,6 +732,8 @@ def audit(
             f"{len(shared)} patients are both members and non-members: split by patient "
             "(`phisieve split --by patient`)"
         )
+    from ..train import _device
+
     dev = _device(device)
     mask_id, pad_id = enc_m.get("mask_token_id"), int(enc_m.get("pad_token_id") or 0)
     scorer = Scorer(_load(model, causal), causal=causal, mask_id=mask_id, pad_id=pad_id,
@@ -778,17 +783,19 @@ def audit(
         # 2. Identifier words, whole word masked, on both sides (model and reference).
         sides = {}
         totals: dict[str, int] = {}
+        words_of = {"members": word_occurrences(sm), "non_members": word_occurrences(sn)}
         for name, seqs in (("members", sm), ("non_members", sn)):
-            occ, texts, totals[name] = _identifier_side(seqs, tok, max_identifiers, seed, name)
+            occ, texts, totals[name] = _identifier_side(
+                seqs, words_of[name], tok, max_identifiers, seed, name
+            )
             sc = scorer.word_scores(seqs, occ)
             rsc = ref.word_scores(seqs, occ) if ref is not None else None
             alpha = np.array([_is_alpha(t) for t in texts], dtype=bool)
             sides[name] = _Side(seqs, occ, alpha, texts, sc, rsc)
         lap("identifiers")
         # 3. Utility: non-identifier words of non-members.
-        plain = [o for o in word_occurrences(sn) if not (o.direct or o.indirect)]
-        plain = sample(plain, utility_words, seed, "utility",
-                       lambda o: (int(sn.seq_ids[o.row]), int(o.positions[0])))  # fmt: skip
+        plain = [o for o in words_of["non_members"] if not (o.direct or o.indirect)]
+        plain = _sample_words(sn, plain, utility_words, seed, "utility")
         usc = scorer.word_scores(sn, plain)
         ok = usc["scored"]
         perplexity = float(np.exp(seq_n["_nll_sum"].sum() / max(1.0, seq_n["_tokens"].sum())))
@@ -839,8 +846,8 @@ def audit(
                     if w:
                         words.setdefault(str(side.seqs.patients[o.row]), set()).add(w)
                         flagged.add(w)
-            for seqs in (sm, sn):
-                for o in word_occurrences(seqs):
+            for seqs, name in ((sm, "members"), (sn, "non_members")):
+                for o in words_of[name]:
                     if not (o.direct or o.indirect):
                         unflagged.add(_norm(_word_text(tok, seqs.ids[o.row][o.positions])))
             # Identifier words: flagged in every one of their occurrences in the audited data.
