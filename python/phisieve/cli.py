@@ -27,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out_console = Console()
+err_console = Console(stderr=True)
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -434,22 +435,113 @@ def detect_eval(
     deny: Annotated[Path | None, typer.Option(help="Deny list (see `detect`).")] = None,
     allow: Annotated[Path | None, typer.Option(help="Allow list (see `detect`).")] = None,
     stanza_model: StanzaModel = None,
+    cv: Annotated[
+        int,
+        typer.Option(
+            help="Patient-level k-fold cross-validation: fit on k-1 folds, score the last "
+            "(0: score every note with nothing fitted)."
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Key of the patients' assignment to folds.")] = 0,
+    learn_deny: Annotated[
+        bool,
+        typer.Option(help="With --cv: grow a deny list from the training folds' gold for lists."),
+    ] = True,
+    base: Annotated[
+        Path | None,
+        typer.Option(help="With --cv and the recognizer `model`: the BERT folder trained per fold."),
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="With --base: training epochs per fold.")] = 2,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the scores (no text) as JSON.")
+    ] = None,
+    quiet: Quiet = False,
 ) -> None:
-    """Span recall, character precision and recall per gold category, and notes/s."""
+    """Span recall, character precision and recall per gold category, and notes/s; with
+    --cv K, their mean ± sd over K patient-level folds."""
+    import json
+
     from .detect import evaluate_corpus
 
-    r = evaluate_corpus(corpus, **detect_options(recognizers, deny, allow, stanza_model))
-    table = Table(title=f"detection on {corpus}", header_style="bold")
-    for col in ("category", "gold spans", "found", "span recall"):
-        table.add_column(col, justify="left" if col == "category" else "right")
-    for label, m in r["by_label"].items():
-        table.add_row(label, f"{m['gold']:,}", f"{m['found']:,}", f"{m['recall']:.3f}")
-    out_console.print(table)
-    out_console.print(
-        f"span recall {r['span_recall']:.3f}, character precision {r['char_precision']:.3f}, "
-        f"character recall {r['char_recall']:.3f}; {r['documents']:,} notes at "
-        f"{r.get('notes_per_s', 0):,.0f} notes/s"
-    )
+    options = detect_options(recognizers, deny, allow, stanza_model)
+    if cv:
+        from .detect.cv import cross_validate, format_mean_sd, read_physionet_folder
+
+        documents, gold = read_physionet_folder(corpus)
+
+        def report(fold: int, s: dict) -> None:
+            if not quiet:
+                err_console.print(
+                    f"fold {fold + 1}/{cv}: {s['patients']} patients, {s['documents']} notes, "
+                    f"span recall {s['span_recall']:.3f}, "
+                    f"character precision {s['char_precision']:.3f}"
+                )
+
+        r = cross_validate(
+            documents,
+            gold,
+            options.pop("recognizers"),
+            k=cv,
+            seed=seed,
+            learn_deny=learn_deny,
+            base=base,
+            train_options={"epochs": epochs},
+            on_fold=report,
+            **options,
+        )
+        table = Table(
+            title=f"{cv}-fold patient-level cross-validation on {corpus}", header_style="bold"
+        )
+        for col in ("category", "gold spans", "found", "span recall (mean ± sd)"):
+            table.add_column(col, justify="left" if col == "category" else "right")
+        for label, m in r["by_label"].items():
+            table.add_row(label, f"{m['gold']:,}", f"{m['found']:,}", format_mean_sd(m["recall"]))
+        out_console.print(table)
+        out_console.print(
+            f"span recall {format_mean_sd(r['span_recall'])}, character precision "
+            f"{format_mean_sd(r['char_precision'])}, character recall "
+            f"{format_mean_sd(r['char_recall'])} (mean ± sd over {cv} folds of "
+            f"{r['patients']} patients, {r['documents']:,} notes)"
+        )
+    else:
+        r = evaluate_corpus(corpus, **options)
+        table = Table(title=f"detection on {corpus}", header_style="bold")
+        for col in ("category", "gold spans", "found", "span recall"):
+            table.add_column(col, justify="left" if col == "category" else "right")
+        for label, m in r["by_label"].items():
+            table.add_row(label, f"{m['gold']:,}", f"{m['found']:,}", f"{m['recall']:.3f}")
+        out_console.print(table)
+        out_console.print(
+            f"span recall {r['span_recall']:.3f}, character precision {r['char_precision']:.3f}, "
+            f"character recall {r['char_recall']:.3f}; {r['documents']:,} notes at "
+            f"{r.get('notes_per_s', 0):,.0f} notes/s"
+        )
+    if json_out is not None:
+        json_out.write_text(json.dumps(r, indent=1, sort_keys=True, default=str) + "\n")
+
+
+@app.command("learn-deny")
+def learn_deny(
+    corpus: Annotated[Path, typer.Argument(help="PhysioNet deid folder (id.text, id-phi.phrase).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The deny list file to write.")],
+    min_rate: Annotated[
+        float, typer.Option(help="Share of a word's occurrences annotated as PHI.")
+    ] = 0.5,
+    min_patients: Annotated[int, typer.Option(help="Patients whose notes annotate it.")] = 1,
+    overwrite: Overwrite = False,
+) -> None:
+    """Grow a deny list (word TAB LABEL) from annotated notes: the words annotated as PHI in
+    most of their uses (clinicians, hospitals), for `detect --deny` on the site's other notes."""
+    from .detect.cv import read_physionet_folder
+    from .detect.learnt import learn_deny_list, write_word_list
+    from .errors import ConfigError
+
+    if out.exists() and not overwrite:
+        raise ConfigError(f"{out} exists; pass --overwrite to replace it")
+    documents, gold = read_physionet_folder(corpus)
+    words = learn_deny_list(documents, gold, min_rate=min_rate, min_patients=min_patients)
+    write_word_list(words, out)
+    out_console.print(f"{len(words):,} words learnt from {documents.num_rows:,} notes: {out}")
 
 
 @app.command()

@@ -35,12 +35,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import _core, dictionaries
-from .dataset import BatchSource, DatasetWriter, open_source, require_columns
-from .errors import ConfigError, InputError
-from .progress import progress_bar
-from .schema import SPANS, spans_array
-from .tokenize import normalize_word, tokenize
+from .. import _core, dictionaries
+from ..dataset import BatchSource, DatasetWriter, open_source, require_columns
+from ..errors import ConfigError, InputError
+from ..progress import progress_bar
+from ..schema import SPANS, spans_array
+from ..tokenize import normalize_word, tokenize
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
@@ -249,6 +249,7 @@ def detect(
     workers: int = 1,
     progress: bool = False,
     dictionaries_enabled: bool = True,
+    corpus: Any = None,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
 
@@ -269,6 +270,10 @@ def detect(
         Whether ``lists`` also runs the built-in dictionaries
         (:mod:`phisieve.dictionaries`: census names, US places, places named after a
         trigger); they read the corpus twice first (patients per word, context places).
+    corpus
+        The notes the dictionaries learn those corpus statistics from, when not
+        ``documents`` themselves (no gold is read): e.g. a site's whole corpus when only some
+        of its patients' notes are detected (cross-validation, :mod:`phisieve.detect.cv`).
     presidio_model, workers
         The spaCy model of the ``presidio`` recognizer (default
         :data:`phisieve.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
@@ -290,11 +295,11 @@ def detect(
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
     models: dict[str, Any] = {}
     if "presidio" in recognizers:
-        from .presidio import DEFAULT_MODEL, PresidioRecognizer
+        from ..presidio import DEFAULT_MODEL, PresidioRecognizer
 
         models["presidio"] = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
     if "stanza" in recognizers:
-        from .stanza_ner import StanzaRecognizer
+        from ..stanza_ner import StanzaRecognizer
 
         models["stanza"] = StanzaRecognizer(**(stanza or {}))
     deny = deny or {}
@@ -306,7 +311,12 @@ def detect(
         if not src.reiterable:
             # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
             src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
-        learnt = _learn(src, progress)
+        if corpus is None:
+            learnt = _learn(src, progress)
+        else:
+            learn_src = open_source(corpus, 4096)
+            require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
+            learnt = _learn(learn_src, progress)
     out = []
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["doc_id", "text"]):
@@ -418,13 +428,9 @@ def evaluate_corpus(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
-    from .gold import read_physionet_gold
-    from .readers import read_documents
+    from .cv import read_physionet_folder
 
-    corpus = Path(corpus)
-    batches = [b for b, _ in read_documents(corpus / "id.text", "physionet")]
-    documents = pa.Table.from_batches(batches)
-    gold = read_physionet_gold(corpus / "id-phi.phrase")
+    documents, gold = read_physionet_folder(corpus)
     t = time.perf_counter()
     detected = detect(documents, recognizers, **kwargs)
     seconds = time.perf_counter() - t

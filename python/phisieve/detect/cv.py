@@ -1,0 +1,210 @@
+"""Patient-level k-fold cross-validation of detection (``phisieve detect-eval --cv K``).
+
+A de-identification tool is judged on notes it has not seen. The annotated patients are cut
+into ``k`` folds by a keyed hash of their ids (:func:`phisieve.audit.split.assign`); for each
+fold, everything learnt from annotations is fitted on the other folds only and the fold's
+notes are detected as a corpus of their own and scored:
+
+* the deny list grown from the training folds' gold (:func:`phisieve.detect.learnt.
+  learn_deny_list`), when ``learn_deny`` is on and ``lists`` runs;
+* the token-classification model (recognizer ``model`` with no path): trained from ``base``
+  on the training folds (:func:`phisieve.detect.model.train_recognizer`).
+
+The built-in dictionaries and rules are fixed. Their statistics of the corpus (patients per
+word, places named after a trigger) are counted over all the annotated notes, as they would be
+over a site's whole corpus when it is detected, without reading any gold: a held-out fold is a
+fifth of a corpus, and counted alone its site vocabulary would look rare.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ConfigError
+from . import detect, evaluate
+
+__all__ = ["cross_validate", "folds", "read_physionet_folder", "summarise"]
+
+
+def read_physionet_folder(folder: str | Path) -> tuple[pa.Table, pa.Table]:
+    """The notes (``doc_id``, ``patient_id``, ``text``...) and gold ``spans`` of a PhysioNet
+    deid folder (``id.text``, ``id-phi.phrase``)."""
+    from ..gold import read_physionet_gold
+    from ..readers import read_documents
+
+    folder = Path(folder)
+    batches = [b for b, _ in read_documents(folder / "id.text", "physionet")]
+    return pa.Table.from_batches(batches), read_physionet_gold(folder / "id-phi.phrase")
+
+
+def folds(patients: Iterable[str], k: int, seed: int = 0) -> dict[str, int]:
+    """The fold (0 .. k-1) of every patient: ids ordered by a keyed hash of ``seed``, then cut
+    into ``k`` parts whose sizes differ by at most one. A pure function of the set of ids."""
+    from ..audit.split import assign
+
+    ids = sorted(set(patients))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ConfigError(f"--cv needs at least 2 folds, not {k!r}")
+    if len(ids) < k:
+        raise ConfigError(f"{k} folds need at least {k} patients; the notes have {len(ids)}")
+    parts = assign(ids, {str(i): 1.0 / k for i in range(k)}, seed)
+    return {p: int(f) for p, f in parts.items()}
+
+
+def _mean_sd(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "sd": None}
+    return {
+        "mean": statistics.fmean(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+def summarise(per_fold: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and sample standard deviation over folds of span recall, character precision and
+    recall, and each gold label's span recall (over the folds that have that label), with the
+    pooled counts."""
+    out: dict[str, Any] = {
+        metric: _mean_sd([f[metric] for f in per_fold])
+        for metric in ("span_recall", "char_precision", "char_recall")
+    }
+    labels = sorted({label for f in per_fold for label in f["by_label"]})
+    out["by_label"] = {}
+    for label in labels:
+        present = [f["by_label"][label] for f in per_fold if label in f["by_label"]]
+        out["by_label"][label] = {
+            "gold": sum(m["gold"] for m in present),
+            "found": sum(m["found"] for m in present),
+            "recall": _mean_sd([m["recall"] for m in present]),
+        }
+    gold = sum(f["gold_spans"] for f in per_fold)
+    out["pooled"] = {
+        "gold_spans": gold,
+        "found": sum(sum(m["found"] for m in f["by_label"].values()) for f in per_fold),
+    }
+    return out
+
+
+def _take(table: pa.Table, column: str, keep: set[str]) -> pa.Table:
+    ids = table.column(column).cast(pa.string())
+    return table.filter(pc.is_in(ids, value_set=pa.array(sorted(keep), pa.string())))
+
+
+def cross_validate(
+    documents: pa.Table,
+    gold: pa.Table,
+    recognizers: Iterable[str] = ("rules", "lists"),
+    *,
+    k: int = 5,
+    seed: int = 0,
+    learn_deny: bool = True,
+    base: str | Path | None = None,
+    train_options: dict[str, Any] | None = None,
+    on_fold: Callable[[int, dict[str, Any]], None] | None = None,
+    **detect_kwargs: Any,
+) -> dict[str, Any]:
+    """Patient-level k-fold cross-validation of :func:`phisieve.detect.detect`.
+
+    Parameters
+    ----------
+    documents, gold
+        The annotated notes (``doc_id``, ``patient_id``, ``text``) and their gold ``spans``
+        table.
+    recognizers
+        As :func:`phisieve.detect.detect`; a bare ``model`` is trained per fold from
+        ``base`` (``model:PATH``, a model trained elsewhere, is used as it is).
+    k, seed
+        The number of folds and the key of the patients' assignment (:func:`folds`).
+    learn_deny
+        Grow a deny list from each fold's training gold for ``lists``
+        (:func:`phisieve.detect.learnt.learn_deny_list`), added to ``deny``.
+    base, train_options
+        The checkpoint and the options of :func:`phisieve.detect.model.train_recognizer`.
+    on_fold
+        Called with each fold's number and scores as it finishes (progress).
+    detect_kwargs
+        Passed to :func:`phisieve.detect.detect` (``deny``, ``allow``, ``min_score``...).
+
+    Returns
+    -------
+    dict
+        ``k``, ``seed``, ``recognizers``, ``learn_deny``, ``folds`` (each fold's patients,
+        notes, seconds and :func:`phisieve.detect.evaluate` scores, no text) and the
+        :func:`summarise` of them.
+    """
+    from .learnt import learn_deny_list
+
+    recognizers = list(recognizers)
+    trains_model = "model" in recognizers
+    if trains_model and base is None:
+        raise ConfigError("the recognizer `model` in cross-validation needs --base (a BERT folder)")
+    if "patient_id" not in documents.column_names:
+        raise ConfigError("cross-validation needs the notes' patient_id column")
+    patients = documents.column("patient_id").cast(pa.string()).to_pylist()
+    fold_of = folds(patients, k, seed)
+    doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
+    deny = dict(detect_kwargs.pop("deny", None) or {})
+    results = []
+    for f in range(k):
+        test_patients = {p for p, g in fold_of.items() if g == f}
+        test_docs = {d for d, p in zip(doc_ids, patients, strict=True) if p in test_patients}
+        train_docs = set(doc_ids) - test_docs
+        train, test = (_take(documents, "doc_id", s) for s in (train_docs, test_docs))
+        train_gold, test_gold = (_take(gold, "doc_id", s) for s in (train_docs, test_docs))
+        fold_deny = dict(deny)
+        learnt = {}
+        if learn_deny and "lists" in recognizers:
+            learnt = learn_deny_list(train, train_gold)
+            fold_deny = {**learnt, **deny}
+        t = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="phisieve-cv-") as tmp:
+            names = list(recognizers)
+            if trains_model:
+                from .model import train_recognizer
+
+                model_dir = Path(tmp) / "model"
+                train_recognizer(train, train_gold, base, model_dir, **(train_options or {}))
+                names = [f"model:{model_dir}" if r == "model" else r for r in names]
+            fit_s = time.perf_counter() - t
+            t = time.perf_counter()
+            detected = detect(test, names, deny=fold_deny, corpus=documents, **detect_kwargs)
+            detect_s = time.perf_counter() - t
+        scores = evaluate(test, detected, test_gold, detect_s)
+        scores.update(
+            fold=f,
+            patients=len(test_patients),
+            fit_seconds=fit_s,
+            detect_seconds=detect_s,
+            learnt_words=len(learnt),
+        )
+        results.append(scores)
+        if on_fold is not None:
+            on_fold(f, scores)
+    summary = summarise(results)
+    return {
+        "k": k,
+        "seed": seed,
+        "recognizers": recognizers,
+        "learn_deny": learn_deny,
+        "patients": len(fold_of),
+        "documents": len(doc_ids),
+        "folds": results,
+        **summary,
+    }
+
+
+def format_mean_sd(value: dict[str, float | None]) -> str:
+    """``0.971 ± 0.012`` (``n/a`` when no fold had the measure)."""
+    mean, sd = value["mean"], value["sd"]
+    if mean is None or sd is None or math.isnan(mean):
+        return "n/a"
+    return f"{mean:.3f} ± {sd:.3f}"
