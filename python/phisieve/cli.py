@@ -449,7 +449,7 @@ def detect_eval(
     ] = True,
     base: Annotated[
         Path | None,
-        typer.Option(help="With --cv and the recognizer `model`: the BERT folder trained per fold."),
+        typer.Option(help="With --cv and the recognizer `model`: the BERT trained per fold."),
     ] = None,
     epochs: Annotated[int, typer.Option(help="With --base: training epochs per fold.")] = 2,
     json_out: Annotated[
@@ -520,6 +520,68 @@ def detect_eval(
         json_out.write_text(json.dumps(r, indent=1, sort_keys=True, default=str) + "\n")
 
 
+@app.command("detect-train")
+def detect_train(
+    annotated: Annotated[
+        Path,
+        typer.Argument(
+            help="PhysioNet deid folder, documents with a gold `spans` column (surrogate "
+            "output), or a spans dataset (with --docs)."
+        ),
+    ],
+    base: Annotated[Path, typer.Option(help="A local BERT-style model folder (fast tokenizer).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The model folder to write.")],
+    docs: Annotated[
+        Path | None, typer.Option(help="The documents of a spans dataset given as ANNOTATED.")
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 3,
+    batch_size: Annotated[int, typer.Option(help="Windows per step.")] = 16,
+    max_length: Annotated[int, typer.Option(help="Window length in tokens.")] = 128,
+    stride: Annotated[int, typer.Option(help="Overlap of windows in tokens.")] = 32,
+    learning_rate: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-4,
+    o_weight: Annotated[float, typer.Option(help="Loss weight of non-PHI tokens.")] = 0.1,
+    negative_share: Annotated[
+        float, typer.Option(help="Share of windows without PHI kept (keyed by the seed).")
+    ] = 0.3,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation, order and sampling.")] = 0,
+    device: Annotated[
+        str | None, typer.Option(help="cuda, cpu...; default CUDA when available.")
+    ] = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+) -> None:
+    """Fine-tune a BIO token-classification model on annotated notes, for
+    `detect --recognizers rules,lists,model:OUT`."""
+    from .detect.model import read_annotated, train_recognizer
+    from .errors import OutputExistsError
+
+    if out.exists() and not overwrite:
+        raise OutputExistsError(out)
+    documents, gold = read_annotated(annotated, docs)
+    stats = train_recognizer(
+        documents,
+        gold,
+        base,
+        out,
+        epochs=epochs,
+        batch_size=batch_size,
+        max_length=max_length,
+        stride=stride,
+        learning_rate=learning_rate,
+        o_weight=o_weight,
+        negative_share=negative_share,
+        seed=seed,
+        device=device,
+        progress=not quiet,
+        overwrite=overwrite,
+    )
+    out_console.print(
+        f"trained on {stats['notes']:,} notes ({stats['windows']:,} windows, "
+        f"{stats['steps']:,} steps, final loss {stats['final_loss']:.4f}) in "
+        f"{stats['seconds']:.0f} s on {stats['device']}: {out}"
+    )
+
+
 @app.command("learn-deny")
 def learn_deny(
     corpus: Annotated[Path, typer.Argument(help="PhysioNet deid folder (id.text, id-phi.phrase).")],
@@ -534,10 +596,10 @@ def learn_deny(
     most of their uses (clinicians, hospitals), for `detect --deny` on the site's other notes."""
     from .detect.cv import read_physionet_folder
     from .detect.learnt import learn_deny_list, write_word_list
-    from .errors import ConfigError
+    from .errors import OutputExistsError
 
     if out.exists() and not overwrite:
-        raise ConfigError(f"{out} exists; pass --overwrite to replace it")
+        raise OutputExistsError(out)
     documents, gold = read_physionet_folder(corpus)
     words = learn_deny_list(documents, gold, min_rate=min_rate, min_patients=min_patients)
     write_word_list(words, out)

@@ -9,7 +9,10 @@ Recognizers (combinable):
 * ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
 * ``presidio``: presidio-analyzer's default recognizers over a local spaCy model
   (:class:`phisieve.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches;
-* ``stanza``: Stanza's NER over downloaded models (:class:`phisieve.stanza_ner.StanzaRecognizer`).
+* ``stanza``: Stanza's NER over downloaded models (:class:`phisieve.stanza_ner.StanzaRecognizer`);
+* ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
+  (:class:`phisieve.detect.model.ModelRecognizer`), in overlapping windows, batched, on CUDA
+  when available.
 
 ``lists`` also runs the built-in dictionaries (:mod:`phisieve.dictionaries`): census names and
 US places that are neither everyday English nor common in the corpus, places named after
@@ -44,8 +47,15 @@ from ..tokenize import normalize_word, tokenize
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
-RECOGNIZERS = ("rules", "lists", "presidio", "stanza")
-"""Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models."""
+RECOGNIZERS = ("rules", "lists", "presidio", "stanza", "model")
+"""Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
+``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
+``torch`` extra."""
+
+
+def _kind(name: str) -> str:
+    """The recognizer a name selects: ``model:DIR`` -> ``model``."""
+    return name.split(":", 1)[0] if name.startswith("model:") else name
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -101,7 +111,7 @@ def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
 def _model_rows(texts: pa.Array, name: str, recognizer: Any) -> pl.DataFrame:
     found = recognizer(texts.to_pylist())
     rows = [
-        (i, s, e, label, f"{name}:{label}", score)
+        (i, s, e, label, f"{_kind(name)}:{label}", score)
         for i, spans in enumerate(found)
         for s, e, label, score in spans
     ]
@@ -250,6 +260,7 @@ def detect(
     progress: bool = False,
     dictionaries_enabled: bool = True,
     corpus: Any = None,
+    model_options: dict[str, Any] | None = None,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
 
@@ -258,7 +269,7 @@ def detect(
     documents
         Anything :func:`phisieve.dataset.open_source` reads, with ``doc_id`` and ``text``.
     recognizers
-        Names from :data:`RECOGNIZERS`.
+        Names from :data:`RECOGNIZERS` (``model:DIR`` for a trained model).
     deny
         Word -> label, always direct (:func:`read_word_list`); used by ``lists``.
     allow
@@ -270,6 +281,9 @@ def detect(
         Whether ``lists`` also runs the built-in dictionaries
         (:mod:`phisieve.dictionaries`: census names, US places, places named after a
         trigger); they read the corpus twice first (patients per word, context places).
+    model_options
+        Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.model.
+        ModelRecognizer`: ``device``, ``batch_size``).
     corpus
         The notes the dictionaries learn those corpus statistics from, when not
         ``documents`` themselves (no gold is read): e.g. a site's whole corpus when only some
@@ -291,7 +305,9 @@ def detect(
     thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
     if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
         raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
-    if unknown := [r for r in recognizers if r not in RECOGNIZERS]:
+    if "model" in recognizers:
+        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
+    if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
     models: dict[str, Any] = {}
     if "presidio" in recognizers:
@@ -302,6 +318,11 @@ def detect(
         from ..stanza_ner import StanzaRecognizer
 
         models["stanza"] = StanzaRecognizer(**(stanza or {}))
+    for name in recognizers:
+        if name.startswith("model:"):
+            from .model import ModelRecognizer
+
+            models[name] = ModelRecognizer(name.split(":", 1)[1], **(model_options or {}))
     deny = deny or {}
     allow_set = {normalize_word(w) for w in allow or ()}
     src = open_source(documents, 4096)

@@ -1,0 +1,246 @@
+"""The trained recognizer: detect-train and detect --recognizers model:DIR (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from phisieve.cli import main
+from phisieve.dataset import write_dataset
+from phisieve.detect import detect, evaluate
+from phisieve.detect.model import (
+    CATEGORIES,
+    LABELS,
+    ModelRecognizer,
+    category,
+    read_annotated,
+    token_labels,
+    train_recognizer,
+)
+from phisieve.errors import ConfigError, OutputExistsError
+from phisieve.placeholders import KINDS
+from tests.test_detect_cv import annotated, write_physionet
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+SURNAMES = [
+    "Quaxley", "Vexlor", "Drathe", "Pollux", "Marbury", "Tennick", "Oswin", "Halvard",
+    "Brisco", "Calloway", "Dunmore", "Everly", "Fenwick", "Garrow", "Hollis", "Ingram",
+]  # fmt: skip
+HELD_OUT = ["Jessup", "Kendrick", "Lorimer", "Merriweather", "Norcross", "Penhallow"]
+TEMPLATES = [
+    "Seen by Dr. {n} today, plan unchanged.",
+    "Pt comfortable. Dr. {n} aware of labs.",
+    "Family met with Dr. {n} this afternoon.",
+    "Resp status stable, Dr. {n} to follow.",
+]
+
+
+def synthetic(names: list[str], n: int, seed: int) -> tuple[pa.Table, pa.Table]:
+    rng = random.Random(seed)
+    notes = []
+    for i in range(n):
+        name = rng.choice(names)
+        text = rng.choice(TEMPLATES).format(n=name)
+        notes.append((f"p{i % 7}", text, [(name, "HCPName")]))
+    return annotated(notes)
+
+
+@pytest.fixture(scope="module")
+def tiny_base(minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT with MiniLM's WordPiece vocabulary."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForTokenClassification
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(minilm, local_files_only=True)
+    config = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    BertForTokenClassification(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+TRAIN = {"epochs": 30, "batch_size": 8, "learning_rate": 2e-3, "max_length": 32, "stride": 8}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    documents, gold = synthetic(SURNAMES, 48, seed=1)
+    out = tmp_path_factory.mktemp("recognizer") / "model"
+    train_recognizer(documents, gold, tiny_base, out, device="cpu", **TRAIN)
+    return out
+
+
+def test_every_label_has_a_category():
+    assert category("HCPName") == category("PTName") == category("RelativeProxyName") == "NAME"
+    assert category("PTNameInitial") == "NAME"
+    assert category("DateYear") == category("Date") == "DATE"
+    assert category("Location") == "LOCATION"
+    assert category("Phone") == "PHONE"
+    assert category("Age") == "AGE"
+    assert category("Other") == "OTHER"
+    assert category("ZIP") == "LOCATION"
+    assert category("EMAIL") == "CONTACT"
+    assert category("SSN") == "ID"
+    for kind in KINDS:
+        assert category(kind) in (*CATEGORIES, None), kind
+    assert category("empty") is None
+    assert category("hospital") == "LOCATION"
+    assert category("record_number") == "ID"
+    assert category("doctor_last_name") == "NAME"
+    assert LABELS[0] == "O" and len(LABELS) == 1 + 2 * len(CATEGORIES)
+
+
+def test_window_labels_are_bio_over_gold_spans():
+    # tokens: [CLS] "Dr" "." "Mac" "##Bride" "on" "3" "/" "4" [SEP] [PAD]
+    offsets = [(0, 0), (0, 2), (2, 3), (4, 7), (7, 12), (13, 15), (16, 17), (17, 18), (18, 19),
+               (0, 0), (0, 0)]  # fmt: skip
+    seq = [None, 0, 0, 0, 0, 0, 0, 0, 0, None, None]
+    spans = [
+        {"start": 4, "end": 12, "label": "HCPName"},
+        {"start": 16, "end": 19, "label": "Date"},
+    ]
+    got = [LABELS[i] if i >= 0 else i for i in token_labels(offsets, seq, spans)]
+    assert got == [-100, "O", "O", "B-NAME", "I-NAME", "O", "B-DATE", "I-DATE", "I-DATE",
+                   -100, -100]  # fmt: skip
+    # Two adjacent spans start two entities.
+    adjacent = [{"start": 4, "end": 7, "label": "PTName"}, {"start": 7, "end": 12, "label": "Age"}]
+    got = [LABELS[i] if i >= 0 else i for i in token_labels(offsets, seq, adjacent)]
+    assert got[3:5] == ["B-NAME", "B-AGE"]
+
+
+def test_a_tiny_model_learns_names_it_never_saw(tiny_model: Path):
+    documents, gold = synthetic(HELD_OUT, 30, seed=2)
+    found = detect(documents, [f"model:{tiny_model}"], model_options={"device": "cpu"})
+    scores = evaluate(documents, found, gold)
+    assert scores["span_recall"] >= 0.8
+    assert scores["char_precision"] >= 0.8
+    sources = {s["source"] for spans in found.column("spans").to_pylist() for s in spans}
+    assert sources == {"model:NAME"}
+    meta = json.loads((tiny_model / "phisieve.json").read_text())
+    assert meta["format"] == "phisieve-recognizer/1"
+    assert meta["positive_windows"] == 48 and meta["notes"] == 48
+    assert meta["steps"] == 30 * 6
+
+
+def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Path, tmp_path):
+    documents, gold = synthetic(SURNAMES, 48, seed=1)
+    again = tmp_path / "again"
+    stats = train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
+    first = json.loads((tiny_model / "phisieve.json").read_text())
+    for key in ("windows", "positive_windows", "steps", "final_loss"):
+        assert stats[key] == first[key]
+    texts = synthetic(HELD_OUT, 10, seed=3)[0].column("text").to_pylist()
+    assert ModelRecognizer(again, device="cpu")(texts) == ModelRecognizer(
+        tiny_model, device="cpu"
+    )(texts)
+    with pytest.raises(OutputExistsError):
+        train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
+
+
+def test_code_points_whole_words_and_enormous_notes(tiny_model: Path):
+    recognizer = ModelRecognizer(tiny_model, device="cpu", batch_size=7)
+    texts = [
+        "é😀 naïve 😀😀 Seen by Dr. Lorimer today, plan unchanged.",
+        None,
+        "",
+        "Resp status stable, Dr. Norcross to follow. " * 5000,  # 220,000 characters
+    ]
+    out = recognizer(texts)
+    assert out[1] == [] and out[2] == []
+    assert [(texts[0][s:e], label) for s, e, label, _ in out[0]] == [("Lorimer", "NAME")]
+    # Every window of the long note is read (a first window alone would hold one name), and
+    # spans are whole words inside the note.
+    big, text = out[3], texts[3]
+    assert sum(text[s:e] == "Norcross" for s, e, _, _ in big) >= 1000
+    for s, e, _, score in big:
+        assert 0 <= s < e <= len(text) and 0 < score <= 1
+        assert (s == 0 or not text[s - 1].isalnum()) and (e == len(text) or not text[e].isalnum())
+
+
+def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
+    text = "Seen by Dr. Penhallow today, plan unchanged. Call 617-555-0199 on 3/4/2091."
+    table = detect(
+        pa.table({"doc_id": ["a"], "text": [text]}),
+        ["rules", "lists", f"model:{tiny_model}"],
+        model_options={"device": "cpu"},
+    )
+    (spans,) = table.column("spans").to_pylist()
+    got = {(text[s["start"] : s["end"]], s["label"]) for s in spans}
+    assert {("617-555-0199", "PHONE"), ("3/4/2091", "DATE")} <= got
+    name = [s for s in spans if text[s["start"] : s["end"]] == "Penhallow"]
+    assert len(name) == 1 and "model:NAME" in name[0]["source"].split("+")
+    with pytest.raises(ConfigError, match="model:DIR"):
+        detect(pa.table({"doc_id": ["a"], "text": [text]}), ["model"])
+
+
+def test_a_folder_that_is_not_a_recognizer_is_refused(tiny_base: Path, tmp_path):
+    with pytest.raises(ConfigError, match="not a phisieve recognizer"):
+        ModelRecognizer(tiny_base)
+    with pytest.raises(ConfigError, match="not a model folder"):
+        train_recognizer(*synthetic(SURNAMES, 4, 0), tmp_path, tmp_path / "m")
+
+
+def test_annotated_inputs(tmp_path):
+    notes = [("1", "Seen by Dr. Quaxley.", [("Quaxley", "HCPName")]),
+             ("2", "Dr. Vexlor called.", [("Vexlor", "HCPName")])]  # fmt: skip
+    folder = tmp_path / "deid"
+    write_physionet(folder, notes)
+    documents, gold = read_annotated(folder)
+    assert documents.num_rows == 2
+    assert [[(s["start"], s["end"]) for s in g] for g in gold.column("spans").to_pylist()] == [
+        [(12, 19)],
+        [(4, 10)],
+    ]
+    # A documents dataset with a gold spans column (surrogate output) ...
+    docs_t, gold_t = annotated(notes)
+    filled = docs_t.append_column("spans", gold_t.column("spans"))
+    write_dataset(filled, tmp_path / "filled")
+    d2, g2 = read_annotated(tmp_path / "filled")
+    assert "spans" not in d2.column_names
+    assert g2.column("spans").to_pylist() == gold_t.column("spans").to_pylist()
+    # ... or a spans dataset with its documents.
+    write_dataset(docs_t, tmp_path / "docs")
+    write_dataset(gold_t, tmp_path / "spans")
+    d3, g3 = read_annotated(tmp_path / "spans", tmp_path / "docs")
+    assert d3.column("text").to_pylist() == docs_t.column("text").to_pylist()
+    assert g3.column("spans").to_pylist() == gold_t.column("spans").to_pylist()
+
+
+def test_detect_train_and_detect_commands(tiny_base: Path, tmp_path, capsys):
+    rng = random.Random(5)
+    notes = []
+    for i in range(40):
+        name = rng.choice(SURNAMES)
+        notes.append((str(i % 6 + 1), rng.choice(TEMPLATES).format(n=name), [(name, "HCPName")]))
+    folder = tmp_path / "deid"
+    write_physionet(folder, notes)
+    model = tmp_path / "model"
+    args = ["detect-train", str(folder), "--base", str(tiny_base), "--out", str(model),
+            "--device", "cpu", "--epochs", "30", "--batch-size", "8", "--learning-rate", "2e-3",
+            "--max-length", "32", "--stride", "8", "-q"]  # fmt: skip
+    main(args)
+    assert "trained on 40 notes" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    main(["ingest", str(folder / "id.text"), "--out", str(tmp_path / "docs"), "-q"])
+    main(["detect", str(tmp_path / "docs"), "--out", str(tmp_path / "spans"), "-q",
+          "--recognizers", f"rules,model:{model}"])  # fmt: skip
+    from phisieve.dataset import read_spans
+
+    found = read_spans(tmp_path / "spans").column("spans").to_pylist()
+    assert sum("model:NAME" in s["source"] for spans in found for s in spans) >= 30
