@@ -144,9 +144,9 @@ def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Pa
     for key in ("windows", "positive_windows", "steps", "final_loss"):
         assert stats[key] == first[key]
     texts = synthetic(HELD_OUT, 10, seed=3)[0].column("text").to_pylist()
-    assert ModelRecognizer(again, device="cpu")(texts) == ModelRecognizer(
-        tiny_model, device="cpu"
-    )(texts)
+    assert ModelRecognizer(again, device="cpu")(texts) == ModelRecognizer(tiny_model, device="cpu")(
+        texts
+    )
     with pytest.raises(OutputExistsError):
         train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
 
@@ -244,3 +244,53 @@ def test_detect_train_and_detect_commands(tiny_base: Path, tmp_path, capsys):
 
     found = read_spans(tmp_path / "spans").column("spans").to_pylist()
     assert sum("model:NAME" in s["source"] for spans in found for s in spans) >= 30
+
+
+def test_cross_validation_trains_one_model_per_fold(tiny_base: Path, tmp_path, capsys):
+    from phisieve.detect.cv import cross_validate
+
+    rng = random.Random(7)
+    notes = []
+    for i in range(96):
+        name = rng.choice(SURNAMES + HELD_OUT)
+        notes.append((f"p{i % 6}", rng.choice(TEMPLATES).format(n=name), [(name, "HCPName")]))
+    documents, gold = annotated(notes)
+    r = cross_validate(
+        documents,
+        gold,
+        ["model"],
+        k=2,
+        base=tiny_base,
+        train_options={**TRAIN, "epochs": 15, "device": "cpu"},
+        model_options={"device": "cpu"},
+    )
+    assert r["recognizers"] == ["model"] and len(r["folds"]) == 2
+    assert [f["patients"] for f in r["folds"]] == [3, 3]
+    assert all(f["fit_seconds"] > 0 for f in r["folds"])
+    assert r["span_recall"]["mean"] >= 0.8
+    folder = tmp_path / "deid"
+    write_physionet(folder, [(p.removeprefix("p"), t, phi) for p, t, phi in notes[:12]])
+    with pytest.raises(SystemExit) as e:
+        main(["detect-eval", "--corpus", str(folder), "--cv", "2", "--recognizers", "model"])
+    assert e.value.code == 2
+    assert "needs --base" in capsys.readouterr().err
+
+
+def test_training_on_hostile_notes(tiny_base: Path, tmp_path):
+    import math
+
+    from phisieve.errors import InputError
+
+    documents, gold = synthetic(SURNAMES, 8, seed=4)
+    texts = documents.column("text").to_pylist()
+    texts[0], texts[1] = "", None  # their gold spans now point past the end
+    documents = documents.set_column(2, "text", pa.array(texts, pa.large_string()))
+    stats = train_recognizer(
+        documents, gold, tiny_base, tmp_path / "m", device="cpu", **{**TRAIN, "epochs": 2}
+    )
+    assert stats["positive_windows"] == 6 and math.isfinite(stats["final_loss"])
+    none = gold.set_column(
+        1, "spans", pa.array([[]] * gold.num_rows, gold.schema.field("spans").type)
+    )
+    with pytest.raises(InputError, match="no gold PHI"):
+        train_recognizer(documents, none, tiny_base, tmp_path / "m2", device="cpu", **TRAIN)

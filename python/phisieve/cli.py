@@ -451,7 +451,10 @@ def detect_eval(
         Path | None,
         typer.Option(help="With --cv and the recognizer `model`: the BERT trained per fold."),
     ] = None,
-    epochs: Annotated[int, typer.Option(help="With --base: training epochs per fold.")] = 2,
+    epochs: Annotated[int, typer.Option(help="With --base: training epochs per fold.")] = 3,
+    learning_rate: Annotated[
+        float, typer.Option(help="With --base: the learning rate (see detect-train).")
+    ] = 1e-4,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the scores (no text) as JSON.")
     ] = None,
@@ -485,7 +488,7 @@ def detect_eval(
             seed=seed,
             learn_deny=learn_deny,
             base=base,
-            train_options={"epochs": epochs},
+            train_options={"epochs": epochs, "learning_rate": learning_rate},
             on_fold=report,
             **options,
         )

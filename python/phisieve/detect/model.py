@@ -15,6 +15,7 @@ probabilities it reports, and its argmax, are those of the unweighted data.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +201,21 @@ def _keep_negative(seed: int, doc_id: str, window: int, share: float) -> bool:
     return int.from_bytes(digest, "little") / 2**64 < share
 
 
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def _device(device: str | None) -> Any:
     import torch
 
@@ -279,14 +296,16 @@ def train_recognizer(
     if not tokenizer.is_fast:
         raise ConfigError("the base model needs a fast tokenizer (offsets)")
     torch.manual_seed(seed)
-    model = AutoModelForTokenClassification.from_pretrained(
-        base,
-        local_files_only=True,
-        num_labels=len(LABELS),
-        id2label=dict(enumerate(LABELS)),
-        label2id={label: i for i, label in enumerate(LABELS)},
-        ignore_mismatched_sizes=True,
-    )
+    with _quiet_loading():
+        # A new classifier head is expected: transformers' report of it is noise here.
+        model = AutoModelForTokenClassification.from_pretrained(
+            base,
+            local_files_only=True,
+            num_labels=len(LABELS),
+            id2label=dict(enumerate(LABELS)),
+            label2id={label: i for i, label in enumerate(LABELS)},
+            ignore_mismatched_sizes=True,
+        )
     texts = [t or "" for t in documents.column("text").to_pylist()]
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
     spans_of = dict(
@@ -308,6 +327,8 @@ def train_recognizer(
         )
         has_phi = any(v > 0 for v in lab)
         positive += has_phi
+        if not any(v >= 0 for v in lab):
+            continue  # an empty note: no token to learn from
         if has_phi or _keep_negative(seed, doc_ids[doc], k, negative_share):
             rows.append(w)
             labels.append(lab)
@@ -370,8 +391,9 @@ def train_recognizer(
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.cpu().save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with _quiet_loading():
+        model.cpu().save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     (tmp / "phisieve.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
     if out.exists():
         shutil.rmtree(out)
@@ -411,12 +433,16 @@ class ModelRecognizer:
         if not meta.exists():
             raise ConfigError(
                 f"{path} is not a phisieve recognizer (no phisieve.json; "
-                "train one with `phisieve detect-train`)")
+                "train one with `phisieve detect-train`)"
+            )
         self.meta = json.loads(meta.read_text())
         if self.meta.get("format") != FORMAT:
             raise ConfigError(f"{path} holds a recognizer of another format")
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForTokenClassification.from_pretrained(path, local_files_only=True)
+        with _quiet_loading():
+            self.model = AutoModelForTokenClassification.from_pretrained(
+                path, local_files_only=True
+            )
         self.device = _device(device)
         self.model.to(self.device).eval()
         self.batch_size = batch_size
