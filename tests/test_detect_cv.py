@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.detect import detect, read_word_list
+from phisieve.detect import detect, evaluate, read_word_list
 from phisieve.detect.cv import cross_validate, folds, read_physionet_folder, summarise
 from phisieve.detect.learnt import learn_deny_list, write_word_list
 from phisieve.errors import ConfigError
@@ -252,3 +252,31 @@ def test_learn_deny_command(tmp_path, capsys):
         (0, 7, "NAME"),
         (12, 19, "LOCATION"),
     ]
+
+
+def test_integer_document_ids_are_scored():
+    documents, gold = annotated([("a", "Zarquon saw him.", [("Zarquon", "HCPName")])] * 4)
+    ints = documents.set_column(0, "doc_id", pa.array([0, 1, 2, 3], pa.int64()))
+    gold_ints = gold.set_column(0, "doc_id", pa.array([0, 1, 2, 3], pa.int64()))
+    found = detect(ints, ["lists"], deny={"zarquon": "NAME"}, dictionaries_enabled=False)
+    assert found.column("doc_id").to_pylist() == ["0", "1", "2", "3"]
+    assert evaluate(ints, found, gold_ints)["span_recall"] == 1.0
+
+
+def test_folds_without_gold_or_detections_are_not_perfect_scores():
+    per_fold = [
+        {"span_recall": 0.5, "char_precision": 0.5, "char_recall": 0.5, "gold_spans": 2,
+         "detected_chars": 4, "gold_chars": 4, "by_label": {}},
+        {"span_recall": 1.0, "char_precision": 1.0, "char_recall": 1.0, "gold_spans": 0,
+         "detected_chars": 0, "gold_chars": 0, "by_label": {}},
+    ]  # fmt: skip
+    s = summarise(per_fold)
+    assert s["span_recall"] == {"mean": 0.5, "sd": 0.0}
+    assert s["char_precision"] == {"mean": 0.5, "sd": 0.0}
+
+
+def test_cross_validation_needs_every_patient():
+    documents, gold = annotated([("a", "x", []), ("b", "y", [])])
+    documents = documents.set_column(1, "patient_id", pa.array(["a", None]))
+    with pytest.raises(ConfigError, match="patient_id for every note"):
+        cross_validate(documents, gold, ["rules"], k=2)

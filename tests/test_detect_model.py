@@ -116,6 +116,14 @@ def test_window_labels_are_bio_over_gold_spans():
     got = [LABELS[i] if i >= 0 else i for i in token_labels(offsets, seq, spans)]
     assert got == [-100, "O", "O", "B-NAME", "I-NAME", "O", "B-DATE", "I-DATE", "I-DATE",
                    -100, -100]  # fmt: skip
+    # Nested spans: every token inside the outer one is labelled (by the innermost span).
+    nested = [
+        {"start": 4, "end": 19, "label": "Location"},
+        {"start": 7, "end": 12, "label": "PTName"},
+    ]
+    got = [LABELS[i] if i >= 0 else i for i in token_labels(offsets, seq, nested)]
+    assert got[3:9] == ["B-LOCATION", "B-NAME", "B-LOCATION", "I-LOCATION", "I-LOCATION",
+                        "I-LOCATION"]  # fmt: skip
     # Two adjacent spans start two entities.
     adjacent = [{"start": 4, "end": 7, "label": "PTName"}, {"start": 7, "end": 12, "label": "Age"}]
     got = [LABELS[i] if i >= 0 else i for i in token_labels(offsets, seq, adjacent)]
@@ -246,8 +254,10 @@ def test_detect_train_and_detect_commands(tiny_base: Path, tmp_path, capsys):
     assert sum("model:NAME" in s["source"] for spans in found for s in spans) >= 30
 
 
-def test_cross_validation_trains_one_model_per_fold(tiny_base: Path, tmp_path, capsys):
-    from phisieve.detect.cv import cross_validate
+def test_cross_validation_trains_one_model_per_fold(
+    tiny_base: Path, tiny_model: Path, tmp_path, capsys, monkeypatch
+):
+    from phisieve.detect.cv import cross_validate, folds
 
     rng = random.Random(7)
     notes = []
@@ -255,6 +265,16 @@ def test_cross_validation_trains_one_model_per_fold(tiny_base: Path, tmp_path, c
         name = rng.choice(SURNAMES + HELD_OUT)
         notes.append((f"p{i % 6}", rng.choice(TEMPLATES).format(n=name), [(name, "HCPName")]))
     documents, gold = annotated(notes)
+    import phisieve.detect.model as model_module
+
+    trained_on: list[set[str]] = []
+    original = model_module.train_recognizer
+
+    def spy(docs, *args, **kwargs):
+        trained_on.append(set(docs.column("patient_id").to_pylist()))
+        return original(docs, *args, **kwargs)
+
+    monkeypatch.setattr(model_module, "train_recognizer", spy)
     r = cross_validate(
         documents,
         gold,
@@ -268,6 +288,13 @@ def test_cross_validation_trains_one_model_per_fold(tiny_base: Path, tmp_path, c
     assert [f["patients"] for f in r["folds"]] == [3, 3]
     assert all(f["fit_seconds"] > 0 for f in r["folds"])
     assert r["span_recall"]["mean"] >= 0.8
+    # Each fold's model saw only the other fold's patients.
+    fold_of = folds([f"p{i}" for i in range(6)], 2, 0)
+    assert trained_on == [{p for p, g in fold_of.items() if g != f} for f in range(2)]
+    held_out = [f["patients"] for f in r["folds"]]
+    assert held_out == [3, 3]
+    with pytest.raises(ConfigError, match="may have seen the held-out"):
+        cross_validate(documents, gold, [f"model:{tiny_model}"], k=2)
     folder = tmp_path / "deid"
     write_physionet(folder, [(p.removeprefix("p"), t, phi) for p, t, phi in notes[:12]])
     with pytest.raises(SystemExit) as e:

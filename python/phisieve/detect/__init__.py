@@ -390,26 +390,20 @@ def evaluate(
 
     A gold span is *found* when any detected span overlaps it (span recall, overall and per
     gold label). Character precision and recall count the code points inside detected and
-    gold spans. No text is returned.
+    gold spans. No text is returned. Document ids are compared as strings (``detect`` writes
+    them so). ``detected_chars`` and ``gold_chars`` say whether precision and recall had
+    anything to measure (a ratio over nothing is reported as 1.0).
     """
-    texts = dict(
-        zip(
-            documents.column("doc_id").to_pylist(),
-            documents.column("text").to_pylist(),
-            strict=True,
-        )
-    )
-    det = dict(
-        zip(
-            detected.column("doc_id").to_pylist(), detected.column("spans").to_pylist(), strict=True
-        )
-    )
+
+    def ids(table: pa.Table) -> list[str]:
+        return table.column("doc_id").cast(pa.string()).to_pylist()
+
+    texts = dict(zip(ids(documents), documents.column("text").to_pylist(), strict=True))
+    det = dict(zip(ids(detected), detected.column("spans").to_pylist(), strict=True))
     total: Counter[str] = Counter()
     found: Counter[str] = Counter()
     tp = det_chars = gold_chars = 0
-    gold_docs = dict(
-        zip(gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=True)
-    )
+    gold_docs = dict(zip(ids(gold), gold.column("spans").to_pylist(), strict=True))
     for doc, text in texts.items():
         d = det.get(doc) or []
         g = gold_docs.get(doc) or []
@@ -433,6 +427,8 @@ def evaluate(
         "span_recall": sum(found.values()) / all_gold if all_gold else 1.0,
         "char_precision": tp / det_chars if det_chars else 1.0,
         "char_recall": tp / gold_chars if gold_chars else 1.0,
+        "detected_chars": det_chars,
+        "gold_chars": gold_chars,
         "by_label": {
             k: {"gold": total[k], "found": found[k], "recall": found[k] / total[k]}
             for k in sorted(total)

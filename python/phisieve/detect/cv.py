@@ -73,9 +73,15 @@ def summarise(per_fold: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean and sample standard deviation over folds of span recall, character precision and
     recall, and each gold label's span recall (over the folds that have that label), with the
     pooled counts."""
+    # A ratio over nothing (no gold in a fold, nothing detected) is no measurement: such
+    # folds are left out of that mean rather than counted as perfect.
+    measured = {
+        "span_recall": lambda f: f["gold_spans"] > 0,
+        "char_precision": lambda f: f.get("detected_chars", 1) > 0,
+        "char_recall": lambda f: f.get("gold_chars", 1) > 0,
+    }
     out: dict[str, Any] = {
-        metric: _mean_sd([f[metric] for f in per_fold])
-        for metric in ("span_recall", "char_precision", "char_recall")
+        metric: _mean_sd([f[metric] for f in per_fold if ok(f)]) for metric, ok in measured.items()
     }
     labels = sorted({label for f in per_fold for label in f["by_label"]})
     out["by_label"] = {}
@@ -121,7 +127,8 @@ def cross_validate(
         table.
     recognizers
         As :func:`phisieve.detect.detect`; a bare ``model`` is trained per fold from
-        ``base`` (``model:PATH``, a model trained elsewhere, is used as it is).
+        ``base`` (``model:PATH``, a model trained before, is refused: it may have seen the
+        held-out patients).
     k, seed
         The number of folds and the key of the patients' assignment (:func:`folds`).
     learn_deny
@@ -144,11 +151,18 @@ def cross_validate(
     from .learnt import learn_deny_list
 
     recognizers = list(recognizers)
+    if trained := [r for r in recognizers if r.startswith("model:")]:
+        raise ConfigError(
+            f"cross-validation trains its model on each fold's training patients ({trained[0]} "
+            "may have seen the held-out ones): use the recognizer `model` with --base"
+        )
     trains_model = "model" in recognizers
     if trains_model and base is None:
         raise ConfigError("the recognizer `model` in cross-validation needs --base (a BERT folder)")
     if "patient_id" not in documents.column_names:
         raise ConfigError("cross-validation needs the notes' patient_id column")
+    if documents.column("patient_id").null_count:
+        raise ConfigError("cross-validation needs a patient_id for every note; some are null")
     patients = documents.column("patient_id").cast(pa.string()).to_pylist()
     fold_of = folds(patients, k, seed)
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()

@@ -9,8 +9,9 @@ and merges its spans with the other recognizers'.
 
 PHI tokens are rare (about 3% of a note's tokens); the loss weighs the ``O`` class by
 ``o_weight`` (0.1) so that training finds them within a few epochs on a CPU, and inference
-adds ``log(1 / o_weight)`` back to the ``O`` logit (a prior correction), so that the
-probabilities it reports, and its argmax, are those of the unweighted data.
+adds ``log(1 / o_weight)`` back to the ``O`` logit, undoing that weight. Windows without PHI
+are also kept only at ``negative_share``, which that correction does not undo: the model
+still leans towards PHI, and its scores rank spans but are not calibrated probabilities.
 """
 
 from __future__ import annotations
@@ -173,6 +174,8 @@ def token_labels(
     -100 (ignored by the loss) on special and padding tokens."""
     spans = sorted((s for s in spans if category(s["label"]) is not None), key=lambda s: s["start"])
     starts = np.asarray([s["start"] for s in spans], dtype=np.int64)
+    # The furthest end of the spans starting at or before each one.
+    reach = np.maximum.accumulate(np.asarray([s["end"] for s in spans], dtype=np.int64))
     out: list[int] = []
     previous = -1
     for (start, end), seq in zip(offsets, sequence_ids, strict=True):
@@ -181,10 +184,13 @@ def token_labels(
             if seq is None:
                 previous = -1
             continue
-        # The last span starting before this token's end, if it reaches past its start.
+        # The latest-starting span that overlaps this token (spans may nest).
         j = int(np.searchsorted(starts, end, side="left")) - 1
-        hit = j >= 0 and spans[j]["end"] > start
-        if not hit:
+        if j >= 0 and reach[j] <= start:
+            j = -1  # no earlier span reaches this token
+        while j >= 0 and spans[j]["end"] <= start:
+            j -= 1
+        if j < 0:
             out.append(0)
             previous = -1
             continue
@@ -377,7 +383,7 @@ def train_recognizer(
         "max_length": max_length,
         "stride": stride,
         "o_weight": o_weight,
-        "base": base.name,
+        "base": str(base),
         "seed": seed,
         "notes": len(texts),
         "windows": len(rows),
