@@ -39,7 +39,11 @@ Overwrite = Annotated[
     ),
 ]
 Recognizers = Annotated[
-    str, typer.Option(help="Comma-separated recognizers: rules, lists, presidio, stanza.")
+    str,
+    typer.Option(
+        help="Comma-separated recognizers: rules, lists, presidio, stanza, model:DIR "
+        "(from detect-train; in detect-eval --cv, a bare `model` is trained per fold)."
+    ),
 ]
 StanzaModel = Annotated[
     str | None,

@@ -104,17 +104,16 @@ _CATEGORY = {
     "university": "LOCATION",
     "ward": "LOCATION",
     "year": "DATE",
+    # An empty placeholder ([** **]) is filled with a last name (SurrogateFiller._kind_values).
+    "empty": "NAME",
     "unknown": "OTHER",
 }
 
 
 def category(label: str) -> str | None:
-    """The model category of a gold, detect or surrogate label (case-insensitive); ``None``
-    for a label that is not PHI (``empty``)."""
-    key = label.strip().lower()
-    if key == "empty":
-        return None
-    return _CATEGORY.get(key, "OTHER")
+    """The model category of a gold, detect or surrogate label (case-insensitive); labels it
+    does not know are ``OTHER``."""
+    return _CATEGORY.get(label.strip().lower(), "OTHER")
 
 
 # --- annotated input --------------------------------------------------------------------------
@@ -202,7 +201,7 @@ def token_labels(
 
 def _keep_negative(seed: int, doc_id: str, window: int, share: float) -> bool:
     digest = hashlib.blake2b(
-        f"{doc_id}\x00{window}".encode(), key=seed.to_bytes(8, "little"), digest_size=8
+        f"{doc_id}\x00{window}".encode(), key=seed.to_bytes(8, "little", signed=True), digest_size=8
     ).digest()
     return int.from_bytes(digest, "little") / 2**64 < share
 
@@ -383,7 +382,7 @@ def train_recognizer(
         "max_length": max_length,
         "stride": stride,
         "o_weight": o_weight,
-        "base": str(base),
+        "base": "/".join(base.parts[-2:]),
         "seed": seed,
         "notes": len(texts),
         "windows": len(rows),
@@ -423,7 +422,13 @@ class ModelRecognizer:
         Default CUDA when available (bf16 autocast there).
     batch_size
         Windows per forward pass.
+    max_length, stride
+        Window length and overlap in tokens; default those of training (``phisieve.json``).
     """
+
+    CHUNK_CHARS = 1 << 20
+    """Texts are tokenised and decoded in groups of about this many characters, so that a
+    call over thousands of long notes holds one group's windows at a time."""
 
     def __init__(
         self,
@@ -431,6 +436,8 @@ class ModelRecognizer:
         *,
         device: str | None = None,
         batch_size: int = 64,
+        max_length: int | None = None,
+        stride: int | None = None,
     ) -> None:
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 
@@ -452,6 +459,8 @@ class ModelRecognizer:
         self.device = _device(device)
         self.model.to(self.device).eval()
         self.batch_size = batch_size
+        self.max_length = int(max_length or self.meta["max_length"])
+        self.stride = int(self.meta["stride"] if stride is None else stride)
         self.labels = [self.model.config.id2label[i] for i in range(len(LABELS))]
         self.o_bias = -math.log(float(self.meta.get("o_weight", 1.0)))
 
@@ -477,10 +486,24 @@ class ModelRecognizer:
         """Spans of each text: (start, end, category, score) in code points; the score is the
         mean probability of the predicted labels of its tokens."""
         clean = [t or "" for t in texts]
+        result: list[list[tuple[int, int, str, float]]] = []
+        group: list[str] = []
+        size = 0
+        for text in clean:
+            if group and size + len(text) > self.CHUNK_CHARS:
+                result.extend(self._group(group))
+                group, size = [], 0
+            group.append(text)
+            size += len(text)
+        if group:
+            result.extend(self._group(group))
+        return result
+
+    def _group(self, clean: list[str]) -> list[list[tuple[int, int, str, float]]]:
         result: list[list[tuple[int, int, str, float]]] = [[] for _ in clean]
         if not any(clean):
             return result
-        enc = _encode(self.tokenizer, clean, self.meta["max_length"], self.meta["stride"])
+        enc = _encode(self.tokenizer, clean, self.max_length, self.stride)
         probs = self._probabilities(enc)
         # Each token of a note takes the prediction of the window where it lies farthest
         # from the window's edges (windows overlap by `stride` tokens).
