@@ -20,21 +20,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..tokenize import tokenize
 
-__all__ = ["CATEGORY", "learn_deny_list", "write_word_list"]
-
-CATEGORY = {
-    "HCPName": "NAME",
-    "PTName": "NAME",
-    "PTNameInitial": "NAME",
-    "RelativeProxyName": "NAME",
-    "Location": "LOCATION",
-    "Date": "DATE",
-    "DateYear": "DATE",
-    "Phone": "PHONE",
-    "Age": "AGE",
-    "Other": "ID",
-}
-"""Detect's label for a PhysioNet gold label (others are kept as written, upper-cased)."""
+__all__ = ["learn_deny_list", "write_word_list"]
 
 
 def learn_deny_list(
@@ -64,8 +50,9 @@ def learn_deny_list(
     -------
     dict
         Normalised word (as :func:`phisieve.tokenize.normalize_word`) -> label, the most
-        frequent gold category of its annotated occurrences (ties: alphabetical), alphabetic
-        words only: numbers and dates are the rules' work.
+        frequent category (:func:`phisieve.detect.model.category`) of its annotated
+        occurrences (ties: alphabetical), alphabetic words only: numbers and dates are the
+        rules' work.
     """
     for table, name, cols in (
         (documents, "documents", ("doc_id", "text")),
@@ -119,7 +106,10 @@ def learn_deny_list(
 
 
 def _category(label: str) -> str:
-    return CATEGORY.get(label, label.upper())
+    """The category :mod:`phisieve.detect.model` tags (NAME, LOCATION...)."""
+    from .model import category
+
+    return category(label) or "NAME"
 
 
 def write_word_list(words: dict[str, str], path: str | os.PathLike[str]) -> None:
