@@ -23,8 +23,9 @@
 //!   pass holding a `1/modulus` share of the terms in memory.
 
 use crate::error::{CoreError, Result};
+use crate::hash::{key_hash, partition_hash, Key};
 use crate::normalize::{for_each_term, Normalizer};
-use crate::table::{key_hash, Entry, Table};
+use crate::table::{Entry, Table};
 use crate::text::StrCol;
 use crate::vocab::Vocab;
 use crate::MAX_N;
@@ -35,8 +36,6 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-/// An n-gram key: word ids + 1 in 32-bit slots, slot 0 holding the first word.
-pub type Key = u128;
 const SHARDS: usize = 64;
 const MISS: u32 = u32::MAX;
 /// Below this many words, the vocabulary is warmed up on small chunks of a batch.
@@ -93,20 +92,6 @@ impl IndexConfig {
         }
         Ok(())
     }
-}
-
-#[inline]
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The hash that assigns a term to a partition and a shard. It is independent of the hash
-/// the maps use, so fixing its residue does not cluster the maps' buckets.
-#[inline]
-pub fn partition_hash(key: Key) -> u64 {
-    mix64((key as u64) ^ mix64((key >> 64) as u64 ^ 0x9e37_79b9_7f4a_7c15))
 }
 
 /// The number of words in a key.

@@ -4,6 +4,7 @@
 //!   code-point offsets.
 //! * [`normalize`]: term normalisation (NFKC + lower-case by default).
 //! * [`vocab`]: an exact string interner.
+//! * [`hash`]: n-gram keys ([`hash::Key`]) and the integer hashes over them (a leaf module).
 //! * [`index`]: the patient x term index (distinct patients, documents and occurrences per
 //!   word n-gram), multithreaded over record batches, exact for any thread count or batching.
 //! * [`marker`]: marks the words of a text that a blacklist of indirect n-grams protects.
@@ -14,6 +15,7 @@
 //! This crate has no Python dependency; `rust/py` wraps it.
 
 pub mod error;
+pub mod hash;
 pub mod ignorable;
 pub mod index;
 pub mod marker;

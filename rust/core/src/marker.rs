@@ -9,7 +9,7 @@
 //!   (n-1)-suffix is enough.
 
 use crate::error::{CoreError, Result};
-use crate::index::Key;
+use crate::hash::Key;
 use crate::normalize::{for_each_term, Normalizer};
 use crate::vocab::Vocab;
 use crate::MAX_N;

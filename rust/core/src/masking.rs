@@ -16,6 +16,7 @@
 //! draws bit for bit (`tests/reference.py`).
 
 use crate::error::{CoreError, Result};
+use crate::hash::mix64;
 
 /// The label of a position that is not predicted.
 pub const IGNORE: i64 = -100;
@@ -110,14 +111,6 @@ impl Protect {
             Protect::Indirect => f.indirect,
         }
     }
-}
-
-/// SplitMix64's output function.
-#[inline]
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -2,7 +2,7 @@
 //! slot's address is known from the hash alone and can be prefetched ahead of the update.
 //! Large corpora make most updates cache misses; prefetching a few updates ahead overlaps them.
 
-use crate::index::Key;
+use crate::hash::{key_hash, Key};
 
 /// Totals of one term.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,19 +40,6 @@ fn empty_slots(n: usize) -> Vec<Slot> {
         }
         Vec::from_raw_parts(ptr, n, n)
     }
-}
-
-/// The hash of a key: a folded 64x64->128 multiply of its halves. The top bits pick the
-/// shard, the low bits the slot.
-#[inline(always)]
-pub fn key_hash(key: Key) -> u64 {
-    let a = (key as u64) ^ 0x243f_6a88_85a3_08d3;
-    let b = ((key >> 64) as u64) ^ 0x1319_8a2e_0370_7344;
-    let p = (a as u128).wrapping_mul(b as u128 | 1);
-    let x = (p as u64) ^ ((p >> 64) as u64);
-    // One more multiply-fold so that keys differing in few bits spread everywhere.
-    let q = (x as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (q as u64) ^ ((q >> 64) as u64)
 }
 
 /// A hash table from n-gram keys to [`Entry`].
