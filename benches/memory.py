@@ -46,7 +46,7 @@ def text_bytes(path: Path) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from phisieve.dataset import dataset_files
+    from phisieve.io.dataset import dataset_files
 
     total = 0
     for f in dataset_files(path):
@@ -93,8 +93,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/phisieve-bench"))
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
-    from phisieve.dataset import side_file
-    from phisieve.term_index import parse_size
+    from phisieve.io.dataset import side_file
+    from phisieve.term_index.build import parse_size
 
     base = run([])["peak_mib"]
     print(f"baseline (imports only): {base:.0f} MiB")

@@ -48,11 +48,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from phisieve import ingest, write_index
-from phisieve.audit.split import split as split_patients
-from phisieve.dataset import dataset_files, write_dataset
-from phisieve.detect import write_spans
+from phisieve.corpus.split import split as split_patients
+from phisieve.detect.run import write_spans
 from phisieve.encode import encode
-from phisieve.gold import read_physionet_gold
+from phisieve.io.dataset import dataset_files
+from phisieve.io.sources import write_dataset
+from phisieve.phi.gold import read_physionet_gold
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
@@ -302,8 +303,8 @@ def train_run(
     """Train one objective for ``max(epochs)`` epochs; return the model folder at each
     requested epoch (checkpoints every gcd(epochs) epochs, those not asked for deleted; the
     last is the final model)."""
-    from phisieve.masking import MaskingConfig
-    from phisieve.train import TrainConfig, train
+    from phisieve.training.loop import TrainConfig, train
+    from phisieve.training.masking import MaskingConfig
 
     spe = math.ceil(sequences(encoded) / size["batch_size"])  # one optimizer step per batch
     every = spe * math.gcd(*epochs) if len(epochs) > 1 else None

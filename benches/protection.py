@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from phisieve.audit.coverage import coverage, patient_folds, read_physionet
+from phisieve.encode.coverage import coverage, patient_folds, read_physionet
 
 SETTINGS = [
     ("span", 0.2),

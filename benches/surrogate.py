@@ -6,8 +6,8 @@ memory, on one Python thread, in one run:
 * the anchor, written the way KART and most scripts do it: one ``re.sub`` per note with a
   callback that parses the placeholder, caches a surrogate per (patient, placeholder) in a
   dict and otherwise calls Faker (unseeded), shifting dates by a per-patient offset;
-* phisieve: :func:`phisieve.surrogate.date_anchors` over the corpus, then
-  :class:`phisieve.surrogate.SurrogateFiller` batch by batch: keyed (HMAC) surrogates that do
+* phisieve: :func:`phisieve.phi.surrogate.date_anchors` over the corpus, then
+  :class:`phisieve.phi.surrogate.SurrogateFiller` batch by batch: keyed (HMAC) surrogates that do
   not depend on the order of the notes, and the gold ``spans`` column, which the anchor does
   not produce.
 
@@ -108,8 +108,8 @@ def surrogate_of(fake, inner: str, shift: int) -> str:
 
 
 def phisieve_fill(table: pa.Table) -> pa.Table:
-    from phisieve.placeholders import find
-    from phisieve.surrogate import SurrogateFiller, date_anchors
+    from phisieve.phi.placeholders import find
+    from phisieve.phi.surrogate import SurrogateFiller, date_anchors
 
     anchors: dict[str, int] = {}
     batches = table.to_batches(max_chunksize=4096)
@@ -128,7 +128,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from phisieve import synth
-    from phisieve.placeholders import find
+    from phisieve.phi.placeholders import find
 
     with tempfile.TemporaryDirectory() as tmp:
         synth(Path(tmp) / "notes", patients=args.patients, seed=0)

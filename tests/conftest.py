@@ -47,7 +47,7 @@ def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def physionet_spans(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Direct-identifier spans of the corpus (the default recognizers)."""
-    from phisieve.detect import detect, write_spans
+    from phisieve.detect.run import detect, write_spans
 
     out = tmp_path_factory.mktemp("physionet") / "spans"
     write_spans(detect(physionet_docs), out)

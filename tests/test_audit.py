@@ -26,7 +26,7 @@ from phisieve.audit.scoring import Scorer, Sequences, word_occurrences
 from phisieve.cli import main
 from phisieve.encode import encode
 from phisieve.errors import ConfigError, OutputExistsError
-from phisieve.train import TrainConfig, train
+from phisieve.training.loop import TrainConfig, train
 
 V = 50  # vocabulary of the hand-made models
 
@@ -223,7 +223,7 @@ def test_verdict_reads_the_numbers_it_is_given():
 
 @pytest.fixture(scope="module")
 def parts(physionet_docs, tmp_path_factory) -> Path:
-    from phisieve.audit.split import split
+    from phisieve.corpus.split import split
 
     out = tmp_path_factory.mktemp("audit") / "splits"
     split(physionet_docs, out, fractions={"members": 0.3, "reference": 0.4, "heldout": 0.3})

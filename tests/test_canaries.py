@@ -18,7 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from phisieve.audit.canaries import (
+from phisieve.errors import ConfigError, InputError
+from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
+from phisieve.io.schema import SPANS
+from phisieve.phi.canaries import (
     CANARIES_FILE,
     KINDS,
     canaries_command,
@@ -30,10 +33,7 @@ from phisieve.audit.canaries import (
     secrets_at,
     space_size,
 )
-from phisieve.dataset import dataset_files, meta_dir, read_manifest, side_file
-from phisieve.errors import ConfigError, InputError
-from phisieve.schema import SPANS
-from phisieve.synthetic import synth
+from phisieve.synthetic.generate import synth
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
 SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"

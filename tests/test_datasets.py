@@ -1,4 +1,4 @@
-"""The dataset contract (phisieve.dataset): every stage's output is atomic, checked, readable
+"""The dataset contract (phisieve.io.dataset): every stage's output is atomic, checked, readable
 by polars, pyarrow, duckdb and Hugging Face datasets by path, and survives kills."""
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from phisieve.cli import main
-from phisieve.dataset import (
+from phisieve.errors import InputError, OutputExistsError
+from phisieve.io.dataset import (
     LOCK_FILE,
     MANIFEST,
     DatasetWriter,
     check_dataset,
     meta_dir,
-    open_source,
     read_manifest,
     read_rejected,
     side_file,
-    write_dataset,
 )
-from phisieve.errors import InputError, OutputExistsError
+from phisieve.io.sources import open_source, write_dataset
 
 KEY = "5f0c3a8e9b1d47e2a6c4f8b0d2e6a1c3b5d7f9e1a3c5b7d9f1e3a5c7b9d1f3e5"
 MIMIC_HEADER = (
@@ -294,7 +293,7 @@ def test_reruns_write_byte_identical_parquet(
 DRIVER = textwrap.dedent(
     """
     import os, signal, sys
-    import phisieve.dataset as d
+    import phisieve.io.dataset as d
 
     kill_at, steps = int(os.environ["KILL_AT"]), [0]
     kill_event = os.environ.get("KILL_EVENT")
@@ -364,7 +363,7 @@ def synth_argv(out: Path) -> list[object]:
 def test_an_interrupt_while_moving_keeps_the_new_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import phisieve.dataset as d
+    import phisieve.io.dataset as d
 
     out = tmp_path / "t"
     write_dataset(pa.table({"a": [1]}), out)
@@ -417,7 +416,9 @@ def test_recovery_leaves_a_live_writer_alone(tmp_path: Path) -> None:
         writer.write(pa.table({"a": [1, 2, 3]}))
         writer._flush()
         before = sorted(p.name for p in tmp_path.iterdir())
-        code = "import sys; from phisieve.dataset import check_dataset; check_dataset(sys.argv[1])"
+        code = (
+            "import sys; from phisieve.io.dataset import check_dataset; check_dataset(sys.argv[1])"
+        )
         subprocess.run([sys.executable, "-c", code, str(out)], check=True, timeout=120)
         assert sorted(p.name for p in tmp_path.iterdir()) == before
         writer.close()

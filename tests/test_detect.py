@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.detect import detect, evaluate, evaluate_corpus, merge_spans, read_word_list
+from phisieve.detect.run import detect, evaluate, evaluate_corpus, merge_spans, read_word_list
 from phisieve.errors import ConfigError
 
 
@@ -157,8 +157,8 @@ def test_cli_detect_and_eval(physionet_dir, tmp_path, capsys):
 
 
 def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
-    from phisieve.detect import write_spans
-    from phisieve.term_index import index
+    from phisieve.detect.run import write_spans
+    from phisieve.term_index.build import index
 
     documents = pa.table(
         {
@@ -184,7 +184,7 @@ def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
 
 
 def test_presidio_spans_in_code_points_and_windows():
-    from phisieve.presidio import PresidioRecognizer
+    from phisieve.detect.recognizers.presidio import PresidioRecognizer
 
     text = "Zoë é😀 was seen by Dr. John Smith. Mail john.smith@example.org today."
     rec = PresidioRecognizer()
@@ -201,7 +201,7 @@ def test_presidio_spans_in_code_points_and_windows():
 
 
 def test_windows_cover_the_text():
-    from phisieve.presidio import windows
+    from phisieve.detect.recognizers.presidio import windows
 
     text = " ".join(f"w{i}" for i in range(3000))
     pieces = list(windows(text, 500, 50))
@@ -216,7 +216,7 @@ def test_windows_cover_the_text():
 
 
 def test_presidio_needs_an_installed_model_and_never_downloads():
-    from phisieve.presidio import PresidioRecognizer
+    from phisieve.detect.recognizers.presidio import PresidioRecognizer
 
     with pytest.raises(ConfigError, match="never downloads") as e:
         PresidioRecognizer("en_core_web_nope")
@@ -226,7 +226,7 @@ def test_presidio_needs_an_installed_model_and_never_downloads():
 def test_presidio_anchor_on_physionet(physionet_dir):
     """Presidio's defaults on the first 120 notes: what DESIGN.md §3 calls a poor anchor."""
     from phisieve import read_documents
-    from phisieve.gold import read_physionet_gold
+    from phisieve.phi.gold import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(physionet_dir / "id.text")])
     documents = documents.slice(0, 120)

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.detect import detect, evaluate, read_word_list
+from phisieve.detect.run import detect, evaluate, read_word_list
 from phisieve.detect.cv import cross_validate, folds, read_physionet_folder, summarise
 from phisieve.detect.learnt import learn_deny_list, write_word_list
 from phisieve.errors import ConfigError
-from phisieve.schema import spans_array
+from phisieve.io.schema import spans_array
 
 
 def annotated(notes: list[tuple[str, str, list[tuple[str, str]]]]) -> tuple[pa.Table, pa.Table]:

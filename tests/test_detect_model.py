@@ -10,9 +10,8 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.dataset import write_dataset
-from phisieve.detect import detect, evaluate
-from phisieve.detect.model import (
+from phisieve.detect.run import detect, evaluate
+from phisieve.detect.recognizers.model import (
     CATEGORIES,
     LABELS,
     ModelRecognizer,
@@ -22,7 +21,8 @@ from phisieve.detect.model import (
     train_recognizer,
 )
 from phisieve.errors import ConfigError, OutputExistsError
-from phisieve.placeholders import KINDS
+from phisieve.io.sources import write_dataset
+from phisieve.phi.placeholders import KINDS
 from tests.test_detect_cv import annotated, write_physionet
 
 pytest.importorskip("torch")
@@ -259,7 +259,7 @@ def test_detect_train_and_detect_commands(tiny_base: Path, tmp_path, capsys):
     main(["ingest", str(folder / "id.text"), "--out", str(tmp_path / "docs"), "-q"])
     main(["detect", str(tmp_path / "docs"), "--out", str(tmp_path / "spans"), "-q",
           "--recognizers", f"rules,model:{model}"])  # fmt: skip
-    from phisieve.dataset import read_spans
+    from phisieve.io.sources import read_spans
 
     found = read_spans(tmp_path / "spans").column("spans").to_pylist()
     assert sum("model:NAME" in s["source"] for spans in found for s in spans) >= 30
@@ -276,7 +276,7 @@ def test_cross_validation_trains_one_model_per_fold(
         name = rng.choice(SURNAMES + HELD_OUT)
         notes.append((f"p{i % 6}", rng.choice(TEMPLATES).format(n=name), [(name, "HCPName")]))
     documents, gold = annotated(notes)
-    import phisieve.detect.model as model_module
+    import phisieve.detect.recognizers.model as model_module
 
     trained_on: list[set[str]] = []
     original = model_module.train_recognizer

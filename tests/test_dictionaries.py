@@ -8,10 +8,10 @@ import types
 import pyarrow as pa
 import pytest
 
-from phisieve import dictionaries
-from phisieve.detect import detect
+from phisieve.detect.recognizers import dictionaries
+from phisieve.detect.run import detect
+from phisieve.detect.recognizers.stanza import LABELS, doc_spans, download_command
 from phisieve.errors import ConfigError
-from phisieve.stanza_ner import LABELS, doc_spans, download_command
 
 
 def corpus(notes: list[tuple[str, str]]) -> pa.Table:
@@ -202,7 +202,7 @@ def test_stanza_entities_become_spans_in_code_points():
 
 
 def test_missing_stanza_models_name_the_download_command(tmp_path):
-    from phisieve.stanza_ner import StanzaRecognizer
+    from phisieve.detect.recognizers.stanza import StanzaRecognizer
 
     with pytest.raises(ConfigError, match=r"stanza\.download\('en', package='mimic'") as e:
         StanzaRecognizer(package="mimic", ner="i2b2", model_dir=tmp_path)
@@ -247,8 +247,8 @@ def test_stanza_recognizer_in_detect_with_long_notes(monkeypatch):
 
 
 def test_stanza_not_installed_is_a_missing_dependency(monkeypatch):
+    from phisieve.detect.recognizers.stanza import StanzaRecognizer
     from phisieve.errors import MissingDependencyError
-    from phisieve.stanza_ner import StanzaRecognizer
 
     monkeypatch.setitem(sys.modules, "stanza", types.ModuleType("broken"))
     monkeypatch.setitem(sys.modules, "stanza", None)

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from phisieve import InputError, normalize_word, read_terms
-from phisieve.detect import write_spans
+from phisieve.detect.run import write_spans
 from phisieve.encode import ENCODED, encode, load_tokenizer, read_encoding
-from phisieve.schema import SPANS
+from phisieve.io.schema import SPANS
 from tests import reference as ref
 
 
@@ -153,8 +153,8 @@ def test_packing_carries_patients_across_batches_and_keeps_the_short_tail(minilm
         }
     )
     for batch in (1, 3, 100):
-        from phisieve.dataset import open_source
         from phisieve.encode import encode_batches
+        from phisieve.io.sources import open_source
 
         tok = load_tokenizer(minilm)
         out = pa.Table.from_batches(list(encode_batches(open_source(docs, batch), tok, max_len=16)))

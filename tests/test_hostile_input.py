@@ -24,11 +24,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phisieve import readers
+from phisieve.io import readers
 from phisieve.cli import main
-from phisieve.dataset import read_manifest, read_rejected
 from phisieve.errors import InputError
-from phisieve.readers import REASONS, ingest, read_documents
+from phisieve.io.dataset import read_manifest, read_rejected
+from phisieve.corpus.ingest import ingest
+from phisieve.io.readers import REASONS, read_documents
 
 MARKER = "ZZMARKERZZ"  # in every note (and other text-like field): must never come out
 M = MARKER.encode()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phisieve import ConfigError
-from phisieve.masking import OBJECTIVES, MaskingConfig, make_batch, objective
+from phisieve.training.masking import OBJECTIVES, MaskingConfig, make_batch, objective
 from tests.reference import sample_row
 
 

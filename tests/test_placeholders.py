@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import phisieve
-from phisieve.placeholders import find, kind_of, report, sex_of
+from phisieve.phi.placeholders import find, kind_of, report, sex_of
 
 
 def rows(text: str) -> list[dict]:

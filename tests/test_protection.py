@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 import phisieve
 from phisieve import ConfigError, PhisieveError
 from phisieve.cli import app
-from phisieve.dataset import write_dataset
 from phisieve.encode import encode, load_tokenizer
-from phisieve.encode.protection import SCOPES, DocSpans
-from phisieve.masking import make_batch, objective
-from phisieve.schema import SPANS
-from phisieve.term_index import terms_options, write_index
-from phisieve.tokenize import tokenize
+from phisieve.io.schema import SPANS
+from phisieve.io.sources import write_dataset
+from phisieve.protection.scope import SCOPES, DocSpans
+from phisieve.term_index.build import terms_options, write_index
+from phisieve.text.words import tokenize
+from phisieve.training.masking import make_batch, objective
 
 SHY, ZWSP = "\u00ad", "\u200b"
 
@@ -244,8 +244,8 @@ def test_every_input_kind_gives_the_same_direct_terms(tmp_path):
 
 
 def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
-    from phisieve.detect import detect
-    from phisieve.term_index import IndexReport
+    from phisieve.detect.run import detect
+    from phisieve.term_index.build import IndexReport
 
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=40, seed=5)
@@ -278,7 +278,7 @@ def unprotected(physionet_docs, minilm, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", ["ppmlm", "ppclm", "dpp", "ipp"])
 def test_a_privacy_objective_refuses_a_dataset_that_protects_nothing(unprotected, name):
-    from phisieve.torch import EncodedRows, MaskedBatches, PrivacyMaskingCollator
+    from phisieve.training.loaders import EncodedRows, MaskedBatches, PrivacyMaskingCollator
 
     causal = True if name == "ppclm" else None
     for make in (MaskedBatches, PrivacyMaskingCollator, EncodedRows):
@@ -299,7 +299,7 @@ def test_train_refuses_a_dataset_that_protects_nothing(unprotected, minilm, tmp_
 
 
 def test_ipp_needs_terms_and_dpp_needs_spans(tmp_path, minilm):
-    from phisieve.torch import MaskedBatches
+    from phisieve.training.loaders import MaskedBatches
 
     docs = write_docs(STREAM_DOCS, tmp_path / "docs")
     spans = spans_table(STREAM_SPANS)

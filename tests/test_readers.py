@@ -1,4 +1,4 @@
-"""Tests of phisieve.readers (phisieve.ingest): every input format, its rejections, and the
+"""Tests of phisieve.io.readers (phisieve.ingest): every input format, its rejections, and the
 real PhysioNet corpus."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phisieve import readers as ingest_mod
-from phisieve.dataset import read_manifest, read_rejected
+from phisieve.io import readers as ingest_mod
 from phisieve.errors import InputError
-from phisieve.readers import FORMATS, NOT_UTF8, REASONS, Rejection, ingest, read_documents
-from phisieve.schema import DOCUMENTS
+from phisieve.io.dataset import read_manifest, read_rejected
+from phisieve.corpus.ingest import ingest
+from phisieve.io.readers import FORMATS, NOT_UTF8, REASONS, Rejection, read_documents
+from phisieve.io.schema import DOCUMENTS
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "SECRET"  # put in every note that must never reach an error message or rejection

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from phisieve.audit.split import (
+from phisieve.corpus.split import (
     assign,
     check_fractions,
     parse_fractions,
@@ -18,8 +18,9 @@ from phisieve.audit.split import (
     split,
     split_command,
 )
-from phisieve.dataset import dataset_files, open_source, read_manifest, write_dataset
 from phisieve.errors import ConfigError, InputError, OutputExistsError
+from phisieve.io.dataset import dataset_files, read_manifest
+from phisieve.io.sources import open_source, write_dataset
 
 PARTS = ("members", "reference", "heldout")
 FRACTIONS = {"members": 0.6, "reference": 0.2, "heldout": 0.2}

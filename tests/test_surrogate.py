@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from phisieve import _core
 from phisieve.cli import main
-from phisieve.dataset import read_manifest, side_file
 from phisieve.errors import ConfigError, InputError
-from phisieve.gold import (
+from phisieve.io.dataset import read_manifest, side_file
+from phisieve.phi.gold import (
     CATEGORY_OF_KIND,
     PHYSIONET_LABELS,
     placeholder_text,
@@ -31,8 +31,8 @@ from phisieve.gold import (
     read_physionet_gold,
     to_placeholders,
 )
-from phisieve.placeholders import KINDS, find
-from phisieve.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
+from phisieve.phi.placeholders import KINDS, find
+from phisieve.phi.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
 SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"

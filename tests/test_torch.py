@@ -8,7 +8,7 @@ import torch
 
 import phisieve
 from phisieve import ConfigError
-from phisieve.torch import EncodedRows, MaskedBatches, PrivacyMaskingCollator
+from phisieve.training.loaders import EncodedRows, MaskedBatches, PrivacyMaskingCollator
 
 
 def collect(loader) -> list[dict]:

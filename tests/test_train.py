@@ -10,8 +10,8 @@ import torch
 
 from phisieve.cli import main
 from phisieve.encode import encode
-from phisieve.torch import MaskedBatches
-from phisieve.train import DPConfig, TrainConfig, load_model, train
+from phisieve.training.loaders import MaskedBatches
+from phisieve.training.loop import DPConfig, TrainConfig, load_model, train
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from phisieve.dataset import dataset_files, write_dataset
 from phisieve.encode import ENCODED, read_encoding
 from phisieve.errors import ConfigError
-from phisieve.masking import MaskingConfig, make_batch, objective
-from phisieve.torch import MaskedBatches
-from phisieve.train import DPConfig, TrainConfig, load_model, train, untie_output_embeddings
+from phisieve.io.dataset import dataset_files
+from phisieve.io.sources import write_dataset
+from phisieve.training.loaders import MaskedBatches
+from phisieve.training.loop import DPConfig, TrainConfig, load_model, train, untie_output_embeddings
+from phisieve.training.masking import MaskingConfig, make_batch, objective
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 SECRET = 39

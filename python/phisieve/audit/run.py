@@ -51,10 +51,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..dataset import check_dataset, dataset_files, dataset_identity, read_manifest
 from ..encode import read_encoding
 from ..errors import ConfigError, InputError, MissingDependencyError, OutputExistsError
-from ..progress import progress_bar
+from ..io.dataset import check_dataset, dataset_files, dataset_identity, read_manifest
+from ..pipeline.progress import progress_bar
 from . import metrics
 from .scoring import Occurrence, Scorer, Sequences, sample, word_occurrences
 
@@ -138,7 +138,7 @@ def _model_info(path: Path, causal: bool, label: str | None) -> dict[str, Any]:
 
 
 def _load(path: Path, causal: bool) -> Any:
-    from ..train import load_model
+    from ..training.loop import load_model
 
     return load_model(path, causal)
 
@@ -351,7 +351,7 @@ def _inversion(
     candidates: int,
     seed: int,
 ) -> dict[str, Any]:
-    from ..encode.protection import read_spans
+    from ..protection.scope import read_spans
     from .inversion import NAME_LABELS, Inverter, slot_sample
 
     files = dataset_files(docs)
@@ -413,7 +413,7 @@ def _span_list(sp: Any) -> list[tuple[int, int, str]]:
 
 
 def _canaries(scorer: Scorer, tok: Any, path: Path, samples: int, seed: int) -> dict[str, Any]:
-    from . import canaries as can
+    from ..phi import canaries as can
 
     table = can.read_canaries(path).to_pylist()
     rows = []
@@ -732,7 +732,7 @@ def audit(
             f"{len(shared)} patients are both members and non-members: split by patient "
             "(`phisieve split --by patient`)"
         )
-    from ..train import _device
+    from ..training.loop import _device
 
     dev = _device(device)
     mask_id, pad_id = enc_m.get("mask_token_id"), int(enc_m.get("pad_token_id") or 0)

@@ -1,14 +1,14 @@
 """Patient-level k-fold cross-validation of detection (``phisieve detect-eval --cv K``).
 
 A de-identification tool is judged on notes it has not seen. The annotated patients are cut
-into ``k`` folds by a keyed hash of their ids (:func:`phisieve.audit.split.assign`); for each
+into ``k`` folds by a keyed hash of their ids (:func:`phisieve.corpus.split.assign`); for each
 fold, everything learnt from annotations is fitted on the other folds only and the fold's
 notes are detected as a corpus of their own and scored:
 
 * the deny list grown from the training folds' gold (:func:`phisieve.detect.learnt.
   learn_deny_list`), when ``learn_deny`` is on and ``lists`` runs;
 * the token-classification model (recognizer ``model`` with no path): trained from ``base``
-  on the training folds (:func:`phisieve.detect.model.train_recognizer`).
+  on the training folds (:func:`phisieve.detect.recognizers.model.train_recognizer`).
 
 The built-in dictionaries and rules are fixed. Their statistics of the corpus (patients per
 word, places named after a trigger) are counted over all the annotated notes, as they would be
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError
-from . import detect, evaluate
+from .run import detect, evaluate
 
 __all__ = ["cross_validate", "folds", "read_physionet_folder", "summarise"]
 
@@ -38,8 +38,8 @@ __all__ = ["cross_validate", "folds", "read_physionet_folder", "summarise"]
 def read_physionet_folder(folder: str | Path) -> tuple[pa.Table, pa.Table]:
     """The notes (``doc_id``, ``patient_id``, ``text``...) and gold ``spans`` of a PhysioNet
     deid folder (``id.text``, ``id-phi.phrase``)."""
-    from ..gold import read_physionet_gold
-    from ..readers import read_documents
+    from ..io.readers import read_documents
+    from ..phi.gold import read_physionet_gold
 
     folder = Path(folder)
     batches = [b for b, _ in read_documents(folder / "id.text", "physionet")]
@@ -49,7 +49,7 @@ def read_physionet_folder(folder: str | Path) -> tuple[pa.Table, pa.Table]:
 def folds(patients: Iterable[str], k: int, seed: int = 0) -> dict[str, int]:
     """The fold (0 .. k-1) of every patient: ids ordered by a keyed hash of ``seed``, then cut
     into ``k`` parts whose sizes differ by at most one. A pure function of the set of ids."""
-    from ..audit.split import assign
+    from ..corpus.split import assign
 
     ids = sorted(set(patients))
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -135,7 +135,7 @@ def cross_validate(
         Grow a deny list from each fold's training gold for ``lists``
         (:func:`phisieve.detect.learnt.learn_deny_list`), added to ``deny``.
     base, train_options
-        The checkpoint and the options of :func:`phisieve.detect.model.train_recognizer`.
+        The checkpoint and the options of :func:`phisieve.detect.recognizers.model.train_recognizer`.
     on_fold
         Called with each fold's number and scores as it finishes (progress).
     detect_kwargs
@@ -183,7 +183,7 @@ def cross_validate(
         with tempfile.TemporaryDirectory(prefix="phisieve-cv-") as tmp:
             names = list(recognizers)
             if trains_model:
-                from .model import train_recognizer
+                from .recognizers.model import train_recognizer
 
                 model_dir = Path(tmp) / "model"
                 train_recognizer(train, train_gold, base, model_dir, **(train_options or {}))

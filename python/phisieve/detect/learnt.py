@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from ..tokenize import tokenize
+from ..text.words import tokenize
 
 __all__ = ["learn_deny_list", "write_word_list"]
 
@@ -49,8 +49,8 @@ def learn_deny_list(
     Returns
     -------
     dict
-        Normalised word (as :func:`phisieve.tokenize.normalize_word`) -> label, the most
-        frequent category (:func:`phisieve.detect.model.category`) of its annotated
+        Normalised word (as :func:`phisieve.text.words.normalize_word`) -> label, the most
+        frequent category (:func:`phisieve.detect.recognizers.model.category`) of its annotated
         occurrences (ties: alphabetical), alphabetic words only: numbers and dates are the
         rules' work.
     """
@@ -106,8 +106,8 @@ def learn_deny_list(
 
 
 def _category(label: str) -> str:
-    """The category :mod:`phisieve.detect.model` tags (NAME, LOCATION...)."""
-    from .model import category
+    """The category :mod:`phisieve.detect.recognizers.model` tags (NAME, LOCATION...)."""
+    from .recognizers.model import category
 
     return category(label) or "NAME"
 

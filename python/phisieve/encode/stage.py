@@ -12,7 +12,7 @@ offsets, so whole-word masking and protection work the same with every tokenizer
 
 Each patient's consecutive documents are packed into sequences of at most ``max_len`` tokens
 (sequences never mix patients; the last one of a patient is kept, shorter). Padding happens
-when batches are built (:mod:`phisieve.masking`). With ``pseudonymize=True`` the words of
+when batches are built (:mod:`phisieve.training.masking`). With ``pseudonymize=True`` the words of
 direct identifiers are replaced by ``X`` in the text first (the MLMA/CLMA baselines): those
 tokens are then ordinary training targets and no token is ``direct``.
 """
@@ -31,18 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _core
-from ..dataset import (
-    DatasetWriter,
-    check_inputs,
-    check_output,
-    open_source,
-    read_manifest,
-    require_columns,
-)
 from ..errors import ConfigError, InputError, MissingDependencyError
-from ..progress import progress_bar
-from ..term_index import _string, read_terms, terms_options
-from .protection import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
+from ..io.dataset import DatasetWriter, check_inputs, check_output, read_manifest
+from ..io.sources import open_source, require_columns, string_array
+from ..pipeline.progress import progress_bar
+from ..protection.scope import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
+from ..term_index.build import read_terms, terms_options
 
 ENCODED = pa.schema(
     [
@@ -472,7 +466,7 @@ def _word_flags(
     spans: DocSpans | None,
 ) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
     """phisieve's words of each text, their count per text, and per word (flat) each reason
-    of :data:`~phisieve.encode.protection.REASONS` that protects it."""
+    of :data:`~phisieve.protection.scope.REASONS` that protects it."""
     toks = _core.tokenize(texts, normalize=normalize)
     words = toks.column("words")
     counts = pc.list_value_length(words).to_numpy(zero_copy_only=False)
@@ -512,11 +506,11 @@ def collect_span_words(
     if not len(wanted):
         return found
     for batch in src.batches([doc_col, patient_col, text_col]):
-        keep = pc.is_in(_string(batch.column(0)), value_set=wanted)
+        keep = pc.is_in(string_array(batch.column(0)), value_set=wanted)
         if not pc.any(keep).as_py():
             continue
         b = batch.filter(keep)
-        found.add(*(_string(c) for c in b.columns), normalize)
+        found.add(*(string_array(c) for c in b.columns), normalize)
     return found
 
 
@@ -610,9 +604,9 @@ def encode_batches(
         require_columns(terms.schema, ["term", "n", "indirect", "direct"], "terms")
         usable = terms.filter(pc.less_equal(terms.column("n"), ngram))
         marker = _core.Marker(
-            _string(usable.filter(pc.field("indirect")).column("term")), normalize=normalize
+            string_array(usable.filter(pc.field("indirect")).column("term")), normalize=normalize
         )
-        direct_terms = _string(terms.filter(pc.field("direct")).column("term"))
+        direct_terms = string_array(terms.filter(pc.field("direct")).column("term"))
     direct_words = direct_words or {}
     direct_keys = pa.array(
         [f"{p}\x00{w}" for p, ws in direct_words.items() for w in ws], pa.string()
@@ -629,8 +623,8 @@ def encode_batches(
     for batch in src.batches([doc_col, patient_col, text_col]):
         if batch.num_rows == 0:
             continue
-        doc_ids = _string(batch.column(0))
-        patients = _string(batch.column(1))
+        doc_ids = string_array(batch.column(0))
+        patients = string_array(batch.column(1))
         texts = batch.column(2)
         for col, name in ((doc_ids, doc_col), (patients, patient_col), (texts, text_col)):
             if col.null_count:
@@ -658,7 +652,7 @@ def encode_batches(
                 toks.column("ends").to_pylist(),
                 per_doc,
             )
-            texts = pa.array(new, pa.large_string())
+            texts = pa.array(new, pa.largestring_array())
             # The spans' offsets point into the old text; no word is direct any more.
             toks, counts, reasons = flags(texts, spans=None)
             for r in ("span", "patient", "corpus"):
@@ -810,7 +804,7 @@ def encode(
     spans
         A ``spans`` dataset (``doc_id``, ``spans``) of direct identifiers: their words are
         protected in place and, unless ``direct_scope`` is ``span``, in every document of
-        the same patient (:mod:`phisieve.encode.protection`).
+        the same patient (:mod:`phisieve.protection.scope`).
     max_len
         Largest sequence length in model tokens, special tokens included.
     ngram, policy

@@ -1,2 +1,25 @@
-"""Training helpers that need no corpus-specific code: tokenizers learnt offline
-(:mod:`phisieve.training.tokenizers`). The training loop itself is :mod:`phisieve.train`."""
+"""Training on encoded datasets (DESIGN.md §4-§6).
+
+* :mod:`phisieve.training.masking` — the PPMLM/PPCLM objectives and their batches;
+* :mod:`phisieve.training.loaders` — PyTorch datasets, loaders and a collator;
+* :mod:`phisieve.training.loop` — ``phisieve train``: the training loop, DP-SGD;
+* :mod:`phisieve.training.tokenizers` — WordPiece and byte-level BPE tokenizers learnt
+  offline.
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "EncodedRows": ".loaders",
+        "MaskedBatches": ".loaders",
+        "PrivacyMaskingCollator": ".loaders",
+        "MaskingConfig": ".masking",
+        "DPConfig": ".loop",
+        "TrainConfig": ".loop",
+        "train": ".loop",
+    },
+)

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _core
-from .dataset import require_columns
-from .errors import ConfigError
+from .. import _core
+from ..errors import ConfigError
+from ..io.sources import require_columns
 
 ENCODED_COLUMNS = ("seq_id", "input_ids", "word_ids", "protected", "direct", "indirect")
 

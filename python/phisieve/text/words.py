@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import _core
+from .. import _core
 
 NORMALIZATIONS = ("nfkc_lower", "nfkc", "nfc_lower", "nfc", "lower", "none")
 

@@ -1,5 +1,5 @@
 """Gold PHI annotations: PhysioNet's ``id-phi.phrase`` as a ``spans`` table, and gold spans
-turned back into MIMIC-III placeholders (the reverse of :mod:`phisieve.surrogate`), so that
+turned back into MIMIC-III placeholders (the reverse of :mod:`phisieve.phi.surrogate`), so that
 real annotated notes can be round-tripped through the surrogate stage (DESIGN.md §7).
 """
 
@@ -13,19 +13,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import _core
-from .dataset import (
-    DatasetWriter,
-    check_inputs,
-    check_output,
-    open_source,
-    read_spans,
-    require_columns,
-    source_identity,
-)
-from .errors import InputError
-from .readers import read_documents
-from .schema import DOCUMENTS, SPANS
+from .. import _core
+from ..errors import InputError
+from ..io.dataset import DatasetWriter, check_inputs, check_output, source_identity
+from ..io.readers import read_documents
+from ..io.schema import DOCUMENTS, SPANS
+from ..io.sources import open_source, read_spans, require_columns
 
 __all__ = [
     "CATEGORY_OF_KIND",

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, MissingDependencyError
+from ...errors import ConfigError, MissingDependencyError
 
 __all__ = ["DEFAULT_MODEL", "LABELS", "PresidioRecognizer", "windows"]
 

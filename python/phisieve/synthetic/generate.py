@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from .dataset import DatasetWriter, check_output
-from .errors import InputError, OutputExistsError
-from .progress import progress_bar
-from .schema import DOCUMENTS
+from ..errors import InputError, OutputExistsError
+from ..io.dataset import DatasetWriter, check_output
+from ..io.schema import DOCUMENTS
+from ..pipeline.progress import progress_bar
 
 __all__ = ["SYNTH", "synth", "synth_batches"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from . import _core
+from .. import _core
 
 # (pattern on the lower-cased category, kind); the first match wins.
 _RULES: list[tuple[str, str]] = [

@@ -23,17 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import _core
-from .dataset import (
-    BatchSource,
-    DatasetWriter,
-    check_inputs,
-    check_output,
-    dataset_files,
-    open_source,
-    require_columns,
-)
-from .encode.protection import (
+from .. import _core
+from ..errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
+from ..io.dataset import DatasetWriter, check_inputs, check_output, dataset_files
+from ..io.sources import BatchSource, open_source, require_columns, string_array
+from ..pipeline.progress import progress_bar
+from ..protection.scope import (
     DEFAULT_MIN_SHARE,
     DEFAULT_SCOPE,
     DocSpans,
@@ -41,8 +36,6 @@ from .encode.protection import (
     check_scope,
     corpus_direct_words,
 )
-from .errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
-from .progress import progress_bar
 
 MAX_PARTITIONS = 4096
 """The most hash partitions a memory budget may split the terms into."""
@@ -96,26 +89,12 @@ class IndexReport:
     patient_ids: list[str] = field(default_factory=list, repr=False)
 
 
-def _string(col: pa.Array) -> pa.Array:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if pa.types.is_dictionary(col.type):
-        col = col.dictionary_decode()
-    if not (
-        pa.types.is_string(col.type)
-        or pa.types.is_large_string(col.type)
-        or pa.types.is_string_view(col.type)
-    ):
-        col = col.cast(pa.string())
-    return col
-
-
 def is_grouped(src: BatchSource, patient_col: str) -> bool:
     """Whether each patient's rows are contiguous in ``src`` (reads only the patient column)."""
     heads: list[pl.Series] = []
     last = None
     for batch in src.batches([patient_col]):
-        s = pl.from_arrow(_string(batch.column(0)))
+        s = pl.from_arrow(string_array(batch.column(0)))
         if len(s) == 0:
             continue
         starts = s != s.shift(1)
@@ -135,7 +114,7 @@ def _sorted_copy(src: BatchSource, cols: list[str], tmp: Path) -> BatchSource:
     patient_col = cols[0]
     if src.path is None:  # a table, stream or Dataset object
         table = pa.Table.from_batches(list(src.batches(cols)))
-        table = table.set_column(0, patient_col, _string(table.column(0)))
+        table = table.set_column(0, patient_col, string_array(table.column(0)))
         pl.from_arrow(table).sort(patient_col, maintain_order=True).write_parquet(out)
     else:
         lf = pl.scan_parquet(dataset_files(src.path)).select(
@@ -232,8 +211,8 @@ def _run_pass(
         for batch in src.batches(cols):
             for piece in _pieces(batch, 1, piece_bytes):
                 before = builder.peak_bytes()
-                texts = _string(piece.column(1))
-                builder.add(_string(piece.column(0)), texts)
+                texts = string_array(piece.column(1))
+                builder.add(string_array(piece.column(0)), texts)
                 if each is not None:
                     each(piece)
                 advance(piece.num_rows)
@@ -316,7 +295,7 @@ def index(
         documents' id column: the single-word terms that ``direct_scope`` makes direct
         identifiers corpus-wide are marked ``direct``.
     direct_scope, min_share
-        How far the words of direct spans reach (:mod:`phisieve.encode.protection`):
+        How far the words of direct spans reach (:mod:`phisieve.protection.scope`):
         ``identifying`` (default) marks the alphabetic words of which at least
         ``min_share`` of the occurrences lie inside spans; ``corpus`` every word found
         inside a span; ``patient`` and ``span`` none (their protection is per patient and
@@ -347,7 +326,7 @@ def index(
 
     def collect(batch: pa.RecordBatch) -> None:
         assert span_words is not None
-        columns = [_string(batch.column(i)) for i in (2, 0, 1)]  # doc, patient, text
+        columns = [string_array(batch.column(i)) for i in (2, 0, 1)]  # doc, patient, text
         span_words.add(*columns, normalize)
 
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
@@ -528,7 +507,7 @@ def merge_terms(
 def marker(terms: pa.Table, normalize: str = "nfkc_lower") -> _core.Marker:
     """A :class:`phisieve._core.Marker` that protects the indirect terms of ``terms``."""
     indirect = terms.filter(pc.field("indirect"))
-    return _core.Marker(_string(indirect.column("term")), normalize=normalize)
+    return _core.Marker(string_array(indirect.column("term")), normalize=normalize)
 
 
 def _numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -638,7 +617,7 @@ def protected_share(
     ) as advance:
         for batch in src.batches([text_col]):
             for piece in _pieces(batch, 0, lambda: piece_bytes):
-                c = m.counts(_string(piece.column(0)))
+                c = m.counts(string_array(piece.column(0)))
                 words += c["words"]
                 prot_all += c["all"]
                 prot_min += c["minimal"]
@@ -671,7 +650,7 @@ def write_index(
 ) -> dict[str, Any]:
     """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
     ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
-    ``out.meta/`` (:func:`phisieve.dataset.side_file`). Returns the statistics.
+    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics.
 
     The inputs and the output are checked before the work starts; an existing ``out`` is
     replaced (atomically, side files included) only with ``overwrite``.

@@ -27,18 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..dataset import (
-    MANIFEST,
-    META_SUFFIX,
-    DatasetWriter,
-    check_inputs,
-    check_output,
-    meta_dir,
-    open_source,
-    require_columns,
-)
 from ..errors import ConfigError, InputError
-from ..progress import progress_bar
+from ..io.dataset import MANIFEST, META_SUFFIX, DatasetWriter, check_inputs, check_output, meta_dir
+from ..io.sources import open_source, require_columns
+from ..pipeline.progress import progress_bar
 
 __all__ = [
     "DEFAULT_FRACTIONS",

@@ -2,7 +2,7 @@
 
 * :class:`MaskedBatches`: a DataLoader-compatible iterable of ready training batches
   (``input_ids``, ``attention_mask``, ``labels``) for any objective of
-  :mod:`phisieve.masking`. Batch ``b`` of an epoch is a pure function of ``(seed, epoch, b)``
+  :mod:`phisieve.training.masking`. Batch ``b`` of an epoch is a pure function of ``(seed, epoch, b)``
   and the dataset: the same batches, in the same order, with 0, 1 or more workers and on any
   distributed rank layout (rank ``r`` of ``R`` gets batches ``r, r + R, ...``).
 * :class:`PrivacyMaskingCollator`: a ``transformers``-style data collator (for ``Trainer``)
@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset import dataset_files
-from .encode import ENCODED, read_encoding
-from .errors import ConfigError, MissingDependencyError
+from ..encode import ENCODED, read_encoding
+from ..errors import ConfigError, MissingDependencyError
+from ..io.dataset import dataset_files
 from .masking import (
     ENCODED_COLUMNS,
     MaskingConfig,
@@ -177,7 +177,7 @@ class MaskedBatches:
         row rounded up to a multiple of it.
     masking
         Masked-LM probability and replacement split, and whether protected words are hidden
-        from the input (:class:`phisieve.masking.MaskingConfig`).
+        from the input (:class:`phisieve.training.masking.MaskingConfig`).
     rank, world_size
         Distributed training: this process gets batches ``rank, rank + world_size, ...``
         (defaults from ``torch.distributed`` when initialised). Every rank gets the same

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, MissingDependencyError
+from ...errors import ConfigError, MissingDependencyError
 from .presidio import windows
 
 __all__ = ["LABELS", "StanzaRecognizer", "doc_spans", "download_command"]

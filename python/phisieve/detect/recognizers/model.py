@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, InputError, OutputExistsError
+from ...errors import ConfigError, InputError, OutputExistsError
 
 __all__ = [
     "CATEGORIES",
@@ -71,7 +71,7 @@ _CATEGORY = {
     "url": "CONTACT",
     "ip": "CONTACT",
     "ssn": "ID",
-    # surrogate kinds (phisieve.placeholders.KINDS)
+    # surrogate kinds (phisieve.phi.placeholders.KINDS)
     "age_over_90": "AGE",
     "clip_number": "ID",
     "company": "LOCATION",
@@ -128,11 +128,11 @@ def read_annotated(
     with a ``spans`` column (``phisieve surrogate`` output), or a ``spans`` dataset whose
     documents are ``docs``.
     """
-    from ..dataset import open_source, read_spans, require_columns
+    from ...io.sources import open_source, read_spans, require_columns
 
     path = Path(path)
     if (path / "id.text").exists() and (path / "id-phi.phrase").exists():
-        from .cv import read_physionet_folder
+        from ..cv import read_physionet_folder
 
         return read_physionet_folder(path)
     if docs is not None:
@@ -283,7 +283,7 @@ def train_recognizer(
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from ..progress import progress_bar
+    from ...pipeline.progress import progress_bar
 
     out = Path(out)
     if out.exists() and not overwrite:

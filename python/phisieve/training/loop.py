@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .encode import read_encoding
-from .errors import ConfigError, MissingDependencyError
+from ..encode import read_encoding
+from ..errors import ConfigError, MissingDependencyError
 from .masking import MaskingConfig, check_masking, check_protection, objective
 
 
@@ -113,7 +113,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
         import torch
     except ImportError as e:
         raise MissingDependencyError("torch", "torch") from e
-    from .torch import EncodedRows, MaskedBatches
+    from .loaders import EncodedRows, MaskedBatches
 
     encoding = read_encoding(encoded)
     obj = objective(cfg.objective)

@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _core
-from ..dataset import read_spans
 from ..errors import ConfigError
+from ..io.sources import read_spans
 
 SCOPES = ("span", "patient", "identifying", "corpus")
 """The direct-identifier scopes, from the narrowest to the widest."""

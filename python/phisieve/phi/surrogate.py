@@ -40,12 +40,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from . import _core
-from .dataset import DatasetWriter, check_inputs, check_output, open_source, require_columns
-from .errors import ConfigError, InputError, MissingDependencyError
+from .. import _core
+from ..errors import ConfigError, InputError, MissingDependencyError
+from ..io.dataset import DatasetWriter, check_inputs, check_output
+from ..io.schema import SPAN, SPANS, spans_array
+from ..io.sources import open_source, require_columns
+from ..pipeline.progress import progress_bar
 from .placeholders import find, sex_of
-from .progress import progress_bar
-from .schema import SPAN, SPANS, spans_array
 
 __all__ = [
     "SPAN",
@@ -238,7 +239,7 @@ def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
     anchor that the patient's date shift moves into the target years. Years outside
     :data:`ANCHOR_YEARS` (typos such as 2999) do not anchor.
 
-    ``found`` is a :func:`phisieve.placeholders.find` table over texts whose patient ids are
+    ``found`` is a :func:`phisieve.phi.placeholders.find` table over texts whose patient ids are
     ``patients``. Only dates that carry a year count, impossible ones too
     (:func:`_dates_by_shape`): ``[**2150-13-45**]`` anchors at 2150 as it is filled as a date.
     """
@@ -255,7 +256,7 @@ def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
 
 
 def _dates_by_shape(found: pa.Table | pl.DataFrame) -> pl.DataFrame:
-    """A :func:`phisieve.placeholders.find` table where every date-shaped placeholder is a
+    """A :func:`phisieve.phi.placeholders.find` table where every date-shaped placeholder is a
     date.
 
     The grammar reads ``[**2150-13-45**]``, ``[**13-45**]`` or ``[**13/2150**]`` as a named

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..encode.protection import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
+from ..protection.scope import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
 
 def read_physionet(corpus: str | Path) -> tuple[pa.Table, pa.Table]:
     """The documents and gold spans of a PhysioNet deid folder."""
-    from ..gold import read_physionet_gold
-    from ..readers import read_documents
+    from ..io.readers import read_documents
+    from ..phi.gold import read_physionet_gold
 
     corpus = Path(corpus)
     batches = [b for b, _ in read_documents(corpus / "id.text", "physionet")]
@@ -62,9 +62,9 @@ def coverage(
         ``coverage`` (protected gold PHI tokens / gold PHI tokens), ``protected_share``
         (protected tokens / all tokens) and the encode stage's ``protection`` report.
     """
-    from ..detect import detect
-    from ..encode.stage import encode
-    from ..term_index import index
+    from ..detect.run import detect
+    from ..term_index.build import index
+    from .stage import encode
 
     check_scope(direct_scope, min_share)
     spans = detect(documents, recognizers, **(detect_options or {}))

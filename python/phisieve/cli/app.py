@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .dataset import meta_dir, side_file
-from .errors import ConfigError, PhisieveError
+from ..errors import ConfigError, PhisieveError
+from ..io.dataset import meta_dir, side_file
 
 app = typer.Typer(
     name="phisieve",
@@ -79,7 +79,7 @@ def synth(
     quiet: Quiet = False,
 ) -> None:
     """Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."""
-    from .synthetic import synth as run
+    from ..synthetic.generate import synth as run
 
     manifest = run(
         out, patients=patients, seed=seed, fmt=fmt, progress=not quiet, overwrite=overwrite
@@ -115,7 +115,7 @@ def ingest(
 ) -> None:
     """Read notes (MIMIC-III CSV, PhysioNet deid, JSONL, Parquet, .txt folder) into the
     documents dataset; bad rows go to OUT.meta/rejected with a reason (never their text)."""
-    from .readers import ingest as run
+    from ..corpus.ingest import ingest as run
 
     m = run(
         path,
@@ -173,7 +173,7 @@ def index(
 ) -> None:
     """Build the patient x term index: the terms dataset in OUT; blacklist.txt and
     stats.json in OUT.meta."""
-    from .term_index import write_index
+    from ..term_index.build import write_index
 
     stats = write_index(
         docs,
@@ -215,8 +215,8 @@ def merge(
     """Merge the terms of shards of a corpus (indexed separately) into one index."""
     import pyarrow.compute as pc
 
-    from .dataset import DatasetWriter, check_inputs, check_output
-    from .term_index import merge_terms, read_terms, terms_options
+    from ..io.dataset import DatasetWriter, check_inputs, check_output
+    from ..term_index.build import merge_terms, read_terms, terms_options
 
     inputs = check_inputs(**{f"part{i}": p for i, p in enumerate(parts)})
     check_output(out, overwrite, inputs)
@@ -269,8 +269,8 @@ def surrogate(
     quiet: Quiet = False,
 ) -> None:
     """Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."""
-    from .surrogate import read_secret
-    from .surrogate import surrogate as run
+    from ..phi.surrogate import read_secret
+    from ..phi.surrogate import surrogate as run
 
     try:
         lo, hi = (int(y) for y in years.split(":"))
@@ -340,7 +340,7 @@ def placeholders(
     overwrite: Overwrite = False,
 ) -> None:
     """Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."""
-    from .gold import placeholders as run
+    from ..phi.gold import placeholders as run
 
     m = run(out, corpus=corpus, docs=docs, spans=spans, overwrite=overwrite)
     out_console.print(
@@ -370,9 +370,9 @@ def detect(
     quiet: Quiet = False,
 ) -> None:
     """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
-    from .dataset import check_inputs, check_output
-    from .detect import detect as run
-    from .detect import write_spans
+    from ..detect.run import detect as run
+    from ..detect.run import write_spans
+    from ..io.dataset import check_inputs, check_output
 
     inputs = check_inputs(docs=docs, deny=deny, allow=allow)
     check_output(out, overwrite, inputs)
@@ -408,7 +408,7 @@ def detect_options(
     recognizers: str, deny: Path | None, allow: Path | None, stanza_model: str | None = None
 ) -> dict[str, Any]:
     """The recognizer names, word lists and Stanza model that `detect` and `detect-eval` take."""
-    from .detect import read_word_list
+    from ..detect.run import read_word_list
 
     package, _, ner = (stanza_model or "").partition(":")
     return {
@@ -468,11 +468,11 @@ def detect_eval(
     --cv K, their mean ± sd over K patient-level folds."""
     import json
 
-    from .detect import evaluate_corpus
+    from ..detect.run import evaluate_corpus
 
     options = detect_options(recognizers, deny, allow, stanza_model)
     if cv:
-        from .detect.cv import cross_validate, format_mean_sd, read_physionet_folder
+        from ..detect.cv import cross_validate, format_mean_sd, read_physionet_folder
 
         documents, gold = read_physionet_folder(corpus)
 
@@ -559,8 +559,8 @@ def detect_train(
 ) -> None:
     """Fine-tune a BIO token-classification model on annotated notes, for
     `detect --recognizers rules,lists,model:OUT`."""
-    from .detect.model import read_annotated, train_recognizer
-    from .errors import OutputExistsError
+    from ..detect.recognizers.model import read_annotated, train_recognizer
+    from ..errors import OutputExistsError
 
     if out.exists() and not overwrite:
         raise OutputExistsError(out)
@@ -601,9 +601,9 @@ def learn_deny(
 ) -> None:
     """Grow a deny list (word TAB LABEL) from annotated notes: the words annotated as PHI in
     most of their uses (clinicians, hospitals), for `detect --deny` on the site's other notes."""
-    from .detect.cv import read_physionet_folder
-    from .detect.learnt import learn_deny_list, write_word_list
-    from .errors import OutputExistsError
+    from ..detect.cv import read_physionet_folder
+    from ..detect.learnt import learn_deny_list, write_word_list
+    from ..errors import OutputExistsError
 
     if out.exists() and not overwrite:
         raise OutputExistsError(out)
@@ -640,7 +640,7 @@ def encode(
 ) -> None:
     """Tokenise documents for a model, with per-token protected/direct flags, packed per
     patient into sequences of at most MAX_LEN tokens."""
-    from .encode import encode as run
+    from ..encode import encode as run
 
     m = run(
         docs,
@@ -719,8 +719,8 @@ def coverage(
     the share of gold PHI tokens protected and the share of all tokens protected."""
     import json
 
-    from .audit.coverage import coverage as run
-    from .audit.coverage import read_physionet
+    from ..encode.coverage import coverage as run
+    from ..encode.coverage import read_physionet
 
     opts = detect_options(recognizers, deny, allow, None)
     documents, gold = read_physionet(corpus)
@@ -796,9 +796,9 @@ def train(
 ) -> None:
     """Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving)
     objective; writes the model, metrics.jsonl and train.json to OUT."""
-    from .masking import MaskingConfig
-    from .train import DPConfig, TrainConfig
-    from .train import train as run
+    from ..training.loop import DPConfig, TrainConfig
+    from ..training.loop import train as run
+    from ..training.masking import MaskingConfig
 
     cfg = TrainConfig(
         objective=objective,
@@ -845,7 +845,7 @@ def split(
 ) -> None:
     """Split documents by patient into datasets OUT/<name>/ (members, reference, held-out
     patients for an audit)."""
-    from .audit.split import split_command
+    from ..corpus.split import split_command
 
     split_command(docs, out, by, fractions, seed, overwrite, quiet)
 
@@ -864,7 +864,7 @@ def canaries(
     """Insert canary sentences carrying random dummy-PHI secrets into chosen patients' notes
     (each repeated 1, 4, 16... times); `phisieve audit --canaries OUT` measures their
     exposure."""
-    from .audit.canaries import canaries_command
+    from ..phi.canaries import canaries_command
 
     m = canaries_command(docs, out, n, repeats, kinds, secret_file, overwrite, quiet)
     out_console.print(
@@ -925,7 +925,7 @@ def audit(
     """Audit a trained model for leakage of its patients (OUT/audit.json, OUT/index.html),
     or with --compare put earlier reports side by side."""
     if compare:
-        from .audit.report import compare_reports
+        from ..audit.report import compare_reports
 
         if not reports:
             raise ConfigError("--compare needs report folders: audit --compare A B --out DIR")
@@ -936,7 +936,7 @@ def audit(
         raise ConfigError("report folders are given with --compare")
     if model is None or members is None or non_members is None:
         raise ConfigError("audit needs --model, --members and --non-members (or --compare)")
-    from .audit.run import audit as run
+    from ..audit.run import audit as run
 
     r = run(
         model,
@@ -1030,9 +1030,9 @@ def demo(
     then canaries -> split -> train a tiny BERT with PPMLM -> privacy audit -> report."""
     import os
 
-    from .surrogate import surrogate as run_surrogate
-    from .synthetic import synth as run_synth
-    from .term_index import write_index
+    from ..phi.surrogate import surrogate as run_surrogate
+    from ..synthetic.generate import synth as run_synth
+    from ..term_index.build import write_index
 
     out_console.rule("[bold]1. synthetic corpus")
     manifest = run_synth(out / "notes", patients=patients, seed=0, progress=True, overwrite=True)
@@ -1064,15 +1064,15 @@ def demo_audit(out: Path, key: bytes, steps: int) -> None:
     tiny BERT with PPMLM (and a reference model) -> audit -> the report's path."""
     import pyarrow.parquet as pq
 
-    from .audit.canaries import insert_canaries
-    from .audit.run import audit as run_audit
-    from .audit.split import split as run_split
-    from .dataset import dataset_files
-    from .encode import encode as run_encode
-    from .term_index import write_index
-    from .train import TrainConfig
-    from .train import train as run_train
-    from .training.tokenizers import train_wordpiece
+    from ..audit.run import audit as run_audit
+    from ..corpus.split import split as run_split
+    from ..encode import encode as run_encode
+    from ..io.dataset import dataset_files
+    from ..phi.canaries import insert_canaries
+    from ..term_index.build import write_index
+    from ..training.loop import TrainConfig
+    from ..training.loop import train as run_train
+    from ..training.tokenizers import train_wordpiece
 
     try:
         import torch
@@ -1151,9 +1151,9 @@ def gold_words_flagged(filled: Path, terms: Path) -> tuple[int, int]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .dataset import dataset_files
-    from .term_index import read_terms
-    from .tokenize import tokenize
+    from ..io.dataset import dataset_files
+    from ..term_index.build import read_terms
+    from ..text.words import tokenize
 
     docs = pa.concat_tables(
         [pq.read_table(f, columns=["text", "spans"]) for f in dataset_files(filled)]

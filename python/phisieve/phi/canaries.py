@@ -35,18 +35,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import _core
-from ..dataset import (
-    DatasetWriter,
-    check_dataset,
-    check_inputs,
-    check_output,
-    open_source,
-    require_columns,
-    side_file,
-)
 from ..errors import ConfigError, InputError
-from ..progress import progress_bar
-from ..surrogate import check_secret, read_secret
+from ..io.dataset import DatasetWriter, check_dataset, check_inputs, check_output, side_file
+from ..io.sources import open_source, require_columns
+from ..pipeline.progress import progress_bar
+from .surrogate import check_secret, read_secret
 
 __all__ = [
     "CANARIES_FILE",
@@ -162,7 +155,7 @@ def _census_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ``name`` kind's first and last names: the :data:`NAMES_PER_LIST` most frequent of
     the ``names`` package's census files (first names: male and female shares added; ties
     by name), then sorted alphabetically and title-cased."""
-    from ..dictionaries import census_frequencies
+    from ..detect.recognizers.dictionaries import census_frequencies
 
     def top(freq: dict[str, float]) -> tuple[str, ...]:
         best = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMES_PER_LIST]
@@ -377,8 +370,8 @@ def insert_canaries(
         The output folder (a documents dataset of the input's schema); the canaries are in
         its side file ``canaries.parquet`` (:func:`read_canaries`). Never holds the key.
     secret
-        The key: random, at least 32 bytes (:func:`phisieve.surrogate.check_secret`);
-        :func:`phisieve.surrogate.read_secret` reads it from a file.
+        The key: random, at least 32 bytes (:func:`phisieve.phi.surrogate.check_secret`);
+        :func:`phisieve.phi.surrogate.read_secret` reads it from a file.
     n
         How many canaries in all, split evenly over ``repeats``; at most the number of
         patients.
@@ -572,7 +565,7 @@ def canaries_command(
     kinds
         Comma-separated kinds, e.g. ``"name,date,mrn"``.
     secret_file
-        The key file (:func:`phisieve.surrogate.read_secret`; refused inside ``out``).
+        The key file (:func:`phisieve.phi.surrogate.read_secret`; refused inside ``out``).
 
     Returns
     -------

@@ -33,8 +33,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ConfigError
-from .tokenize import tokenize
+from ...errors import ConfigError
+from ...text.words import tokenize
 
 __all__ = ["MAX_ZIPF", "RARE_SHARE", "CorpusStats", "Lexicon", "extend_names", "find", "lexicon"]
 
@@ -313,8 +313,8 @@ class CorpusStats:
     def of(cls, source: object, patient_col: str = "patient_id") -> CorpusStats:
         """Count the patients of every word of ``source`` (documents with ``text`` and
         ``patient_col``; without it, each document counts as its own patient)."""
-        from .dataset import BatchSource, open_source
-        from .term_index import IndexReport, index
+        from ...io.sources import BatchSource, open_source
+        from ...term_index.build import IndexReport, index
 
         src = open_source(source)
         col = patient_col if patient_col in src.schema.names else "doc_id"

@@ -1,0 +1,456 @@
+"""Direct identifiers: find names, dates, phone numbers... in notes (DESIGN.md §3).
+
+Recognizers (combinable):
+
+* ``rules``: the Rust rule recognizers (:func:`phisieve._core.detect_rules`): dates in clinical
+  forms, phone/pager numbers, e-mail, URLs, IPs, SSNs, ZIP codes, ages over 89, identifier
+  numbers after their context words, and names after titles, relation words or before
+  credentials;
+* ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
+* ``presidio``: presidio-analyzer's default recognizers over a local spaCy model
+  (:class:`phisieve.detect.recognizers.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches;
+* ``stanza``: Stanza's NER over downloaded models (:class:`phisieve.detect.recognizers.stanza.StanzaRecognizer`);
+* ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
+  (:class:`phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows, batched, on CUDA
+  when available.
+
+``lists`` also runs the built-in dictionaries (:mod:`phisieve.detect.recognizers.dictionaries`): census names and
+US places that are neither everyday English nor common in the corpus, places named after
+"transferred to"-like triggers (flagged corpus-wide), and names grown over neighbouring names
+and initials.
+
+An allow list (e.g. eponyms such as "Lewy") removes spans whose text it holds. Overlapping
+spans are merged, keeping every source. The result is the ``spans`` table (``doc_id``,
+``spans``) with code-point offsets; :func:`evaluate` scores it against gold spans.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from .. import _core
+from ..errors import ConfigError, InputError
+from ..io.dataset import DatasetWriter
+from ..io.schema import SPANS, spans_array
+from ..io.sources import BatchSource, open_source, require_columns
+from ..pipeline.progress import progress_bar
+from ..text.words import normalize_word, tokenize
+from .recognizers import dictionaries
+
+__all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
+
+RECOGNIZERS = ("rules", "lists", "presidio", "stanza", "model")
+"""Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
+``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
+``torch`` extra."""
+
+
+def _kind(name: str) -> str:
+    """The recognizer a name selects: ``model:DIR`` -> ``model``."""
+    return name.split(":", 1)[0] if name.startswith("model:") else name
+
+
+def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A word list: one entry per line, ``word`` or ``word<TAB>LABEL``; ``#`` starts a comment.
+    Words are normalised like terms (NFKC, lower-case). Returns word -> label (``NAME`` when
+    not given)."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the word list: {e}", path=path) from None
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        word, _, label = line.partition("\t")
+        out[normalize_word(word.strip())] = label.strip() or "NAME"
+    return out
+
+
+def _rule_rows(texts: pa.Array) -> pl.DataFrame:
+    found = pl.from_arrow(_core.detect_rules(texts))
+    assert isinstance(found, pl.DataFrame)
+    return found.select(
+        pl.col("text").cast(pl.Int64).alias("row"),
+        "start",
+        "end",
+        "label",
+        pl.concat_str(pl.lit("rules:"), pl.col("rule")).alias("source"),
+        "score",
+    )
+
+
+def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
+    words = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
+    assert isinstance(words, pl.DataFrame)
+    flat = (
+        words.with_row_index("row")
+        .explode(["s", "e", "w"])
+        .drop_nulls("w")
+        .filter(pl.col("w").is_in(list(deny)))
+    )
+    return flat.select(
+        pl.col("row").cast(pl.Int64),
+        pl.col("s").cast(pl.Int32).alias("start"),
+        pl.col("e").cast(pl.Int32).alias("end"),
+        pl.col("w").replace_strict(deny, return_dtype=pl.String).alias("label"),
+        pl.lit("lists:deny").alias("source"),
+        pl.lit(1.0, pl.Float32).alias("score"),
+    )
+
+
+def _model_rows(texts: pa.Array, name: str, recognizer: Any) -> pl.DataFrame:
+    found = recognizer(texts.to_pylist())
+    rows = [
+        (i, s, e, label, f"{_kind(name)}:{label}", score)
+        for i, spans in enumerate(found)
+        for s, e, label, score in spans
+    ]
+    return pl.DataFrame(
+        rows,
+        schema=["row", "start", "end", "label", "source", "score"],
+        orient="row",
+    )
+
+
+def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
+    """Merge overlapping spans of each row (``row``, ``start``, ``end``, ``label``, ``source``,
+    ``score``): the union range, the label of the best-scored span (ties: the first label in
+    sort order), every source (``+``-joined, sorted) and the best score."""
+    if rows.height == 0:
+        return rows
+    rows = rows.sort(["row", "start", "end"])
+    # A new group starts where a span begins at or after the end of all earlier ones.
+    reach = pl.col("end").cum_max().shift(1).over("row")
+    rows = rows.with_columns(
+        group=((reach.is_null()) | (pl.col("start") >= reach)).cum_sum().cast(pl.Int64)
+    )
+    return (
+        # Ties between equal scores go to the label and source first in sort order, not to
+        # whichever recognizer's rows came first.
+        rows.sort(["group", "score", "label", "source"], descending=[False, True, False, False])
+        .group_by("group", maintain_order=True)
+        .agg(
+            pl.col("row").first(),
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.col("label").first(),
+            pl.col("source").unique().sort().str.join("+"),
+            pl.col("score").max(),
+        )
+        .drop("group")
+    )
+
+
+@dataclass
+class _Dictionaries:
+    """What the ``lists`` recognizer learnt about the whole corpus before detecting."""
+
+    lexicon: dictionaries.Lexicon
+    stats: dictionaries.CorpusStats
+    known_places: pl.DataFrame
+
+
+def _learn(src: BatchSource, progress: bool) -> _Dictionaries:
+    """First passes of the ``lists`` recognizer: patients per word, and the places named after
+    a trigger anywhere in the corpus (flagged everywhere after)."""
+    lex = dictionaries.lexicon()
+    stats = dictionaries.CorpusStats.of(src)
+    counts = []
+    with progress_bar(
+        "learn places", total=src.num_rows, unit="documents", enabled=progress
+    ) as adv:
+        for b in src.batches(["text"]):
+            tok = _features(b.column("text"), lex, stats)
+            counts.append(dictionaries.harvest(tok))
+            adv(b.num_rows)
+    known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF)
+    return _Dictionaries(lex, stats, known)
+
+
+def _features(texts: pa.Array, lex: Any, stats: Any) -> pl.DataFrame:
+    tok = dictionaries.tokens(texts)
+    return dictionaries.features(tok, lex, stats, dictionaries.MAX_ZIPF, dictionaries.RARE_SHARE)
+
+
+def _detect_batch(
+    texts: pa.Array,
+    recognizers: Iterable[str],
+    deny: dict[str, str],
+    allow: set[str],
+    min_score: dict[str, float],
+    models: dict[str, Any] | None = None,
+    learnt: _Dictionaries | None = None,
+) -> pl.DataFrame:
+    parts = []
+    tok = None
+    if learnt is not None:
+        tok = _features(texts, learnt.lexicon, learnt.stats)
+    for name in recognizers:
+        if models and name in models:
+            parts.append(_model_rows(texts, name, models[name]))
+        elif name == "rules":
+            parts.append(_rule_rows(texts))
+        elif name == "lists":
+            if deny:
+                parts.append(_list_rows(texts, deny))
+            if learnt is not None and tok is not None:
+                parts.append(dictionaries.find(tok, learnt.lexicon, learnt.known_places))
+        else:
+            raise ConfigError(f"unknown recognizer {name!r}; expected one of {RECOGNIZERS}")
+    schema = {
+        "row": pl.Int64,
+        "start": pl.Int32,
+        "end": pl.Int32,
+        "label": pl.String,
+        "source": pl.String,
+        "score": pl.Float32,
+    }
+    rows = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
+    recognizer = pl.col("source").str.split(":").list.first()
+    threshold = recognizer.replace_strict(
+        min_score, default=min_score.get("*", 0.0), return_dtype=pl.Float32
+    )
+    rows = rows.filter(pl.col("score") >= threshold)
+    if tok is not None:
+        # Rule names that are plain words go; names grow over neighbouring names and initials.
+        rows = dictionaries.confirm_names(tok, rows)
+        rows = pl.concat([rows, dictionaries.extend_names(tok, rows).cast(schema)])
+    if allow and rows.height:
+        # Drop spans whose (normalised) text the allow list holds.
+        starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
+        py_texts = texts.to_pylist()
+        keep = np.asarray(
+            [
+                normalize_word(py_texts[r][s:e]) not in allow
+                for r, s, e in zip(idx.tolist(), starts.tolist(), ends.tolist(), strict=True)
+            ],
+            dtype=bool,
+        )
+        rows = rows.filter(pl.Series(keep))
+    return merge_spans(rows)
+
+
+def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
+    merged = merged.sort(["row", "start"])
+    fields = ("start", "end", "label", "source", "score")
+    columns = (merged.get_column(c).to_arrow() for c in fields)
+    return spans_array(n, merged.get_column("row").to_numpy(), *columns)
+
+
+def detect(
+    documents: Any,
+    recognizers: Iterable[str] = ("rules", "lists"),
+    *,
+    deny: dict[str, str] | None = None,
+    allow: Iterable[str] | None = None,
+    min_score: float | dict[str, float] = 0.0,
+    presidio_model: str | None = None,
+    stanza: dict[str, Any] | None = None,
+    workers: int = 1,
+    progress: bool = False,
+    dictionaries_enabled: bool = True,
+    corpus: Any = None,
+    model_options: dict[str, Any] | None = None,
+) -> pa.Table:
+    """Direct-identifier spans of every document.
+
+    Parameters
+    ----------
+    documents
+        Anything :func:`phisieve.io.dataset.open_source` reads, with ``doc_id`` and ``text``.
+    recognizers
+        Names from :data:`RECOGNIZERS` (``model:DIR`` for a trained model).
+    deny
+        Word -> label, always direct (:func:`read_word_list`); used by ``lists``.
+    allow
+        Words never direct (eponyms, clinical terms a rule mistakes for names).
+    min_score
+        Drop detections scored below this before merging: one threshold, or one per
+        recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
+    dictionaries_enabled
+        Whether ``lists`` also runs the built-in dictionaries
+        (:mod:`phisieve.detect.recognizers.dictionaries`: census names, US places, places named after a
+        trigger); they read the corpus twice first (patients per word, context places).
+    model_options
+        Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.recognizers.model.
+        ModelRecognizer`: ``device``, ``batch_size``).
+    corpus
+        The notes the dictionaries learn those corpus statistics from, when not
+        ``documents`` themselves (no gold is read): e.g. a site's whole corpus when only some
+        of its patients' notes are detected (cross-validation, :mod:`phisieve.detect.cv`).
+    presidio_model, workers
+        The spaCy model of the ``presidio`` recognizer (default
+        :data:`phisieve.detect.recognizers.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
+    stanza
+        Options of the ``stanza`` recognizer (:class:`phisieve.detect.recognizers.stanza.StanzaRecognizer`:
+        ``package``, ``ner``, ``model_dir``, ``use_gpu``...).
+
+    Returns
+    -------
+    pyarrow.Table
+        The ``spans`` table: ``doc_id`` and ``spans`` (code-point ``start``/``end``,
+        ``label``, ``source`` = the recognizers that found it, ``score``).
+    """
+    recognizers = list(recognizers)
+    thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
+    if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
+        raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
+    if "model" in recognizers:
+        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
+    if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
+        raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
+    models: dict[str, Any] = {}
+    if "presidio" in recognizers:
+        from .recognizers.presidio import DEFAULT_MODEL, PresidioRecognizer
+
+        models["presidio"] = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
+    if "stanza" in recognizers:
+        from .recognizers.stanza import StanzaRecognizer
+
+        models["stanza"] = StanzaRecognizer(**(stanza or {}))
+    for name in recognizers:
+        if name.startswith("model:"):
+            from .recognizers.model import ModelRecognizer
+
+            models[name] = ModelRecognizer(name.split(":", 1)[1], **(model_options or {}))
+    deny = deny or {}
+    allow_set = {normalize_word(w) for w in allow or ()}
+    src = open_source(documents, 4096)
+    require_columns(src.schema, ["doc_id", "text"], src.name)
+    learnt = None
+    if "lists" in recognizers and dictionaries_enabled:
+        if not src.reiterable:
+            # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
+            src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
+        if corpus is None:
+            learnt = _learn(src, progress)
+        else:
+            learn_src = open_source(corpus, 4096)
+            require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
+            learnt = _learn(learn_src, progress)
+    out = []
+    with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
+        for b in src.batches(["doc_id", "text"]):
+            texts = b.column("text")
+            merged = _detect_batch(texts, recognizers, deny, allow_set, thresholds, models, learnt)
+            out.append(
+                pa.table(
+                    {
+                        "doc_id": b.column("doc_id").cast(pa.string()),
+                        "spans": _spans_column(b.num_rows, merged),
+                    }
+                )
+            )
+            adv(b.num_rows)
+    if not out:
+        return pa.table({"doc_id": pa.array([], pa.string()), "spans": pa.array([], SPANS)})
+    return pa.concat_tables(out)
+
+
+def write_spans(
+    spans: pa.Table,
+    out: str | os.PathLike[str],
+    *,
+    inputs: dict[str, dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    **stats: Any,
+) -> dict[str, Any]:
+    """Write a ``spans`` table as a dataset (atomically, with its completion marker).
+
+    ``inputs`` and ``options`` are recorded in the marker (:mod:`phisieve.io.dataset`);
+    an existing ``out`` is replaced only with ``overwrite``.
+    """
+    with DatasetWriter(
+        Path(out),
+        spans.schema,
+        stage="detect",
+        inputs=inputs or {},
+        options=options or {},
+        overwrite=overwrite,
+    ) as writer:
+        writer.write(spans)
+        return writer.close(**stats)
+
+
+def evaluate(
+    documents: pa.Table, detected: pa.Table, gold: pa.Table, seconds: float | None = None
+) -> dict[str, Any]:
+    """Score detected spans against gold spans.
+
+    A gold span is *found* when any detected span overlaps it (span recall, overall and per
+    gold label). Character precision and recall count the code points inside detected and
+    gold spans. No text is returned. Document ids are compared as strings (``detect`` writes
+    them so). ``detected_chars`` and ``gold_chars`` say whether precision and recall had
+    anything to measure (a ratio over nothing is reported as 1.0).
+    """
+
+    def ids(table: pa.Table) -> list[str]:
+        return table.column("doc_id").cast(pa.string()).to_pylist()
+
+    texts = dict(zip(ids(documents), documents.column("text").to_pylist(), strict=True))
+    det = dict(zip(ids(detected), detected.column("spans").to_pylist(), strict=True))
+    total: Counter[str] = Counter()
+    found: Counter[str] = Counter()
+    tp = det_chars = gold_chars = 0
+    gold_docs = dict(zip(ids(gold), gold.column("spans").to_pylist(), strict=True))
+    for doc, text in texts.items():
+        d = det.get(doc) or []
+        g = gold_docs.get(doc) or []
+        n = len(text or "")
+        dmask = np.zeros(n, dtype=bool)
+        gmask = np.zeros(n, dtype=bool)
+        for s in d:
+            dmask[s["start"] : s["end"]] = True
+        for s in g:
+            gmask[s["start"] : s["end"]] = True
+            total[s["label"]] += 1
+            if dmask[s["start"] : s["end"]].any():
+                found[s["label"]] += 1
+        tp += int((dmask & gmask).sum())
+        det_chars += int(dmask.sum())
+        gold_chars += int(gmask.sum())
+    all_gold = sum(total.values())
+    result: dict[str, Any] = {
+        "documents": len(texts),
+        "gold_spans": all_gold,
+        "span_recall": sum(found.values()) / all_gold if all_gold else 1.0,
+        "char_precision": tp / det_chars if det_chars else 1.0,
+        "char_recall": tp / gold_chars if gold_chars else 1.0,
+        "detected_chars": det_chars,
+        "gold_chars": gold_chars,
+        "by_label": {
+            k: {"gold": total[k], "found": found[k], "recall": found[k] / total[k]}
+            for k in sorted(total)
+        },
+    }
+    if seconds:
+        result["notes_per_s"] = len(texts) / seconds
+    return result
+
+
+def evaluate_corpus(
+    corpus: str | os.PathLike[str],
+    recognizers: Iterable[str] = ("rules", "lists"),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
+    from .cv import read_physionet_folder
+
+    documents, gold = read_physionet_folder(corpus)
+    t = time.perf_counter()
+    detected = detect(documents, recognizers, **kwargs)
+    seconds = time.perf_counter() - t
+    return evaluate(documents, detected, gold, seconds)

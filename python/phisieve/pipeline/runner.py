@@ -1,0 +1,285 @@
+"""The runner: the one place that checks, opens, resumes, draws progress and commits.
+
+:func:`run_stage` runs one stage on given inputs into an output:
+
+1. the stage's options were checked when it was made; the inputs are checked now (a dataset
+   must be complete, a path must exist) and their identity taken (:func:`input_identity`);
+2. the output is checked (``--overwrite``; not inside an input); with ``resume``, an output
+   whose manifest records the same stage, options, inputs and phisieve version is finished
+   and kept (:func:`finished`);
+3. the dataset inputs are opened (columns checked), the stage's reduce runs, then its batches
+   stream into the output's writer (or its ``build`` fills a folder or file);
+4. the stage's stats are merged into the manifest, which is written last, and the output is
+   committed atomically (:mod:`phisieve.io.dataset`): a run killed at any point leaves the
+   previous output, or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .._core import __version__
+from ..errors import ConfigError, InputError, OutputExistsError
+from ..io.dataset import (
+    DatasetWriter,
+    FileWriter,
+    FolderWriter,
+    check_output,
+    dataset_identity,
+    output_manifest,
+    path_identity,
+    source_identity,
+)
+from ..io.sources import open_source
+from .stage import DATASET, DATASETS, FILE, FOLDER, PATH, SOURCE, Context, Input, Stage, require
+from .stats import Stats
+
+__all__ = ["finished", "input_identity", "run_stage", "stale_reason"]
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def input_identity(port: Input, value: Any) -> Any:
+    """What an output records about one input: for a dataset folder its path and content
+    fingerprint (the folder is checked); for a path its path and fingerprint (through its
+    marker when phisieve wrote it; a key file's is keyed, never its content); for raw files
+    their listing; for an in-memory table, its type."""
+    if port.many:
+        return [input_identity(_one(port), v) for v in value]
+    if port.kind == DATASET:
+        return dataset_identity(value) if _is_path(value) else {"kind": type(value).__name__}
+    if port.kind == SOURCE:
+        return source_identity(value)
+    if port.kind == PATH:
+        return path_identity(value, secret=port.secret)
+    raise ValueError(f"unknown input kind {port.kind!r}")
+
+
+def _one(port: Input) -> Input:
+    return Input(port.name, port.help, port.kind, port.required, secret=port.secret)
+
+
+def _resolve(stage: Stage, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inputs by name (checked) and their identities."""
+    known = {p.name for p in stage.inputs} | {p.attr for p in stage.inputs}
+    if unknown := sorted(set(given) - known):
+        raise ConfigError(f"{stage.name} has no input {unknown[0]!r}")
+    values: dict[str, Any] = {}
+    ids: dict[str, Any] = {}
+    for port in stage.inputs:
+        value = given.get(port.name, given.get(port.attr))
+        if port.many and value is not None and (_is_path(value) or not isinstance(value, list)):
+            value = [value]
+        if value is None or (port.many and not value):
+            if port.required:
+                how = port.name.upper() if port.positional else f"--{port.name}"
+                raise ConfigError(f"{stage.name} needs its input {how}")
+            values[port.name] = None
+            continue
+        if port.kind in (PATH, SOURCE):
+            value = [Path(v) for v in value] if port.many else Path(value)
+        ids[port.name] = input_identity(port, value)
+        values[port.name] = value
+    return values, ids
+
+
+def _json(value: Any) -> Any:
+    """``value`` as it reads back from a manifest (JSON round trip)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def stale_reason(stage: Stage, out: Path, identities: dict[str, Any]) -> str | None:
+    """Why ``out`` is not the finished output of ``stage`` on inputs of these identities
+    (``None``: it is finished)."""
+    try:
+        manifest = output_manifest(out, stage.output_kind(), _parts(stage))
+    except InputError as e:
+        return str(e)
+    if manifest is None:
+        return "no output yet"
+    if manifest.get("stage") != stage.name:
+        return f"the output was written by {manifest.get('stage')!r}, not {stage.name}"
+    if manifest.get("phisieve_version") != __version__:
+        return f"written by phisieve {manifest.get('phisieve_version')}, this is {__version__}"
+    options = _json(stage.recorded())
+    old = manifest.get("options") or {}
+    if old != options:
+        changed = sorted(k for k in set(old) | set(options) if old.get(k) != options.get(k))
+        return f"options changed: {', '.join(changed)}"
+    ids = _json(identities)
+    seen = manifest.get("inputs") or {}
+    if seen != ids:
+        changed = sorted(k for k in set(seen) | set(ids) if seen.get(k) != ids.get(k))
+        return f"inputs changed: {', '.join(changed)}"
+    return None
+
+
+def finished(stage: Stage, out: Path, identities: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest of ``out`` when it is the finished output of ``stage`` on these inputs:
+    the same stage, options (those that decide the output), inputs' identities and phisieve
+    version. ``None`` otherwise."""
+    if stale_reason(stage, out, identities) is not None:
+        return None
+    return output_manifest(out, stage.output_kind(), _parts(stage))
+
+
+def _parts(stage: Stage) -> list[str] | None:
+    return stage.parts() if stage.output_kind() == DATASETS else None
+
+
+def run_stage(
+    stage: Stage,
+    inputs: dict[str, Any] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = False,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Run ``stage`` on ``inputs`` (by input name) into ``out``; return the manifest.
+
+    Parameters
+    ----------
+    stage
+        A stage with its options.
+    inputs
+        Its inputs by name (``docs``, ``terms``, ``secret-file``...): paths, or for a
+        dataset input through the Python API also an Arrow table, stream or polars frame.
+    out
+        The output path.
+    overwrite
+        Replace an existing output (atomically: the old one stays until the new one is
+        complete). Without it an existing output is refused.
+    progress
+        Draw progress bars on standard error.
+    resume
+        Keep an existing output that is finished (:func:`finished`) instead of redoing it;
+        its manifest is returned with ``"skipped": True``.
+
+    Returns
+    -------
+    dict
+        The output's manifest: the stage's stats beside ``stage``, ``options``, ``inputs``...
+        (for a folder of datasets, the stats and every part's manifest under ``parts``).
+    """
+    if out is None:
+        raise ConfigError(f"{stage.name} needs --out")
+    out = Path(out)
+    values, ids = _resolve(stage, dict(inputs or {}))
+    kind = stage.output_kind()
+    if resume:
+        done = finished(stage, out, ids)
+        if done is not None:
+            return {**done, "skipped": True}
+    parts = _parts(stage)
+    targets = [out / p for p in parts] if parts is not None else [out]
+    if parts is not None:
+        _check_folder_of_datasets(out, parts)
+    for target in targets:
+        check_output(target, overwrite, ids)
+    ctx = Context(stage, values, ids, out, progress, Stats())
+    for port in stage.inputs:
+        value = values[port.name]
+        if port.kind == DATASET and value is not None:
+            src = open_source(value, stage.batch_rows)
+            require(src, port.columns)
+            ctx.values[port.name] = src
+    stage.open(ctx)
+    state = stage.reduce(ctx)
+    common = {
+        "stage": stage.name,
+        "inputs": ids,
+        "options": stage.recorded(),
+        "settings": stage.settings(),
+        "overwrite": overwrite,
+    }
+    if kind == DATASET:
+        with DatasetWriter(
+            out, stage.schema(ctx, state), rows_per_part=stage.rows_per_part, **common
+        ) as writer:
+            ctx.writer = writer
+            for batch in stage.batches(ctx, state):
+                writer.write(batch)
+            stage.finish(ctx, state)
+            return writer.close(**ctx.stats)
+    if kind == DATASETS:
+        assert parts is not None
+        return _write_parts(stage, ctx, state, out, parts, common)
+    if kind in (FOLDER, FILE):
+        cls = FolderWriter if kind == FOLDER else FileWriter
+        with cls(out, **common) as writer:
+            ctx.writer = writer
+            stage.build(ctx, writer.target)
+            stage.finish(ctx, state)
+            return writer.close(**ctx.stats)
+    raise ValueError(f"unknown output kind {kind!r}")
+
+
+def _write_parts(
+    stage: Stage, ctx: Context, state: Any, out: Path, parts: list[str], common: dict[str, Any]
+) -> dict[str, Any]:
+    schema = stage.schema(ctx, state)
+    with ExitStack() as stack:
+        writers = {
+            name: stack.enter_context(
+                DatasetWriter(
+                    out / name,
+                    schema,
+                    rows_per_part=stage.rows_per_part,
+                    **{**common, "options": {**common["options"], "part": name}},
+                )
+            )
+            for name in parts
+        }
+        ctx.writer = writers
+        for routed in stage.batches(ctx, state):
+            for name, batch in routed.items():
+                writers[name].write(batch)
+        stage.finish(ctx, state)
+        manifests = {name: writers[name].close(**ctx.stats, part=name) for name in parts}
+    return {**ctx.stats, "stage": stage.name, "parts": manifests}
+
+
+def _check_folder_of_datasets(out: Path, names: list[str]) -> None:
+    """A folder of datasets holds nothing but its parts (and their ``.meta`` folders)."""
+    from ..io.dataset import META_SUFFIX, meta_dir
+
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise InputError("the output must be a folder", path=out)
+    if out.name.endswith(META_SUFFIX) or meta_dir(out).exists():
+        raise InputError("this output is a folder of datasets, not a dataset itself", path=out)
+    if not out.exists():
+        return
+    allowed = {*names, *(n + META_SUFFIX for n in names)}
+    for entry in out.iterdir():
+        if not entry.name.startswith(".") and entry.name not in allowed:
+            raise InputError(
+                f"the output folder holds something other than the parts "
+                f"({', '.join(names)}), e.g. {entry.name}; use a new or empty folder",
+                path=out,
+            )
+
+
+def reject_unless_owned(stage: Stage, out: Path) -> None:
+    """Refuse to replace an ``out`` that another stage (or no phisieve stage) wrote: a
+    pipeline replaces its own stale outputs, never someone else's data."""
+    try:
+        manifest = output_manifest(out, stage.output_kind(), _parts(stage))
+    except InputError:
+        manifest = None
+    exists = out.exists() or out.is_symlink()
+    if exists and (manifest is None or manifest.get("stage") != stage.name):
+        raise OutputExistsError(out)
+
+
+def table_of(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """The batches as one table (of ``schema`` when there are none)."""
+    return pa.Table.from_batches(batches, schema) if batches else schema.empty_table()

@@ -1,0 +1,285 @@
+"""The ``Stage`` base class: what a stage declares, and nothing the runner does for it.
+
+A stage declares
+
+* its **options**: a frozen dataclass of typed fields (:func:`phisieve.pipeline.options.
+  option`), shared by its command (``phisieve NAME --max-len 128``) and the pipeline file
+  (``max-len = 128``);
+* its **inputs** (:class:`Input`: datasets, or paths such as a tokenizer folder or a key
+  file) and its **output** (:class:`Output`: a dataset, a folder of datasets, a folder such
+  as a model or a report, or a file), with the schema of a dataset output;
+* its work, as one of
+
+  - a **batch function** :meth:`Stage.map` over the record batches of its ``main`` input,
+    after an optional **reduce** :meth:`Stage.reduce` that reads the whole corpus first and
+    whose result the batch function receives (a patient's date shift, the corpus statistics
+    of the dictionaries, the index's counts...);
+  - or, for stages whose output is not a stream of rows (a model, a report), :meth:`Stage.
+    build`, which fills the folder (or file) the runner gives it.
+
+The runner (:mod:`phisieve.pipeline.runner`) alone checks the inputs and the output, opens
+the inputs, handles ``--overwrite`` and one-shot streams, records options and inputs' identity
+in the manifest, draws progress, merges the stage's :class:`~phisieve.pipeline.stats.Stats`
+and commits the output through the dataset contract (:mod:`phisieve.io.dataset`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from ..errors import InputError
+from ..io.sources import BatchSource, open_source, require_columns
+from .options import deciding, settings
+from .progress import progress_bar
+from .stats import Stats
+
+DATASET = "dataset"
+"""An output or input that is a phisieve dataset (a folder of Parquet files with a marker)."""
+DATASETS = "datasets"
+"""An output that is a folder of named datasets (``split``: ``OUT/members/``...)."""
+FOLDER = "folder"
+"""An output that is a folder of files (a model, a tokenizer, a report)."""
+FILE = "file"
+"""An output that is one file (a key, a word list, a CSV corpus)."""
+PATH = "path"
+"""An input that is a file or folder (a tokenizer, a model, a key, a word list): checked
+through its marker when phisieve wrote it."""
+SOURCE = "source"
+"""An input of raw files from outside phisieve (what ``ingest`` reads)."""
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a stage.
+
+    Parameters
+    ----------
+    name
+        Its name on the command line and in the pipeline file: the argument ``DOCS`` (when
+        ``positional``) or the option ``--NAME``, and the key ``NAME``.
+    help
+        One line for ``--help``.
+    kind
+        :data:`DATASET` (a phisieve dataset; through the Python API also an Arrow table,
+        stream or polars frame), :data:`PATH` or :data:`SOURCE`.
+    required
+        Whether the stage refuses to run without it.
+    positional
+        An argument rather than an option on the command line.
+    columns
+        Columns a dataset input must have (checked before any work).
+    many
+        Several values (``merge``'s parts).
+    secret
+        The file holds a key: its identity records a keyed fingerprint, never the content.
+    """
+
+    name: str
+    help: str
+    kind: str = DATASET
+    required: bool = True
+    positional: bool = False
+    columns: tuple[str, ...] = ()
+    many: bool = False
+    secret: bool = False
+
+    @property
+    def attr(self) -> str:
+        """The Python name (``secret-file`` -> ``secret_file``)."""
+        return self.name.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Output:
+    """The output of a stage: its kind (:data:`DATASET`, :data:`DATASETS`, :data:`FOLDER` or
+    :data:`FILE`) and a line for ``--help``."""
+
+    kind: str = DATASET
+    help: str = "Output folder."
+
+
+@dataclass
+class Context:
+    """What the runner hands a stage: its opened inputs, progress bars and stats."""
+
+    stage: Stage
+    values: dict[str, Any]
+    """Every input by name: a :class:`BatchSource` for a dataset, a ``Path`` (or a list of
+    them) for the others, ``None`` when not given."""
+    identities: dict[str, Any]
+    out: Path
+    progress: bool = False
+    stats: Stats = field(default_factory=Stats)
+    writer: Any = None
+    """The output's writer while the stage writes (side files, rejected rows)."""
+
+    def source(self, name: str) -> BatchSource:
+        """The opened dataset input ``name``."""
+        value = self.values.get(name)
+        if not isinstance(value, BatchSource):
+            raise InputError(f"{self.stage.name} has no dataset input {name!r}")
+        return value
+
+    def path(self, name: str) -> Any:
+        """The path input ``name`` (``None`` when not given)."""
+        return self.values.get(name)
+
+    def hold(self, name: str) -> BatchSource:
+        """The dataset input ``name``, read again as often as needed: a one-shot stream is
+        read into memory once (other sources are returned as they are)."""
+        src = self.source(name)
+        if not src.reiterable:
+            table = pa.Table.from_batches(list(src.batches(None)), src.schema)
+            src = open_source(table, self.stage.batch_rows)
+            self.values[name] = src
+        return src
+
+    def reiterable(self, name: str, why: str) -> BatchSource:
+        """The dataset input ``name``, refused when it is a one-shot stream (``why`` says why
+        the stage reads it more than once)."""
+        src = self.source(name)
+        if not src.reiterable:
+            raise InputError(f"the {self.stage.name} stage {why}: pass a dataset or a table")
+        return src
+
+    @contextmanager
+    def bar(self, label: str, total: int | None, unit: str = "") -> Iterator[Callable[[int], None]]:
+        """A progress bar (nothing when progress is off); yields ``advance(n)``."""
+        with progress_bar(label, total=total, unit=unit, enabled=self.progress) as advance:
+            yield advance
+
+    def scan(
+        self, name: str, columns: Iterable[str] | None = None, label: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The batches of the dataset input ``name`` (only ``columns``), with a progress bar."""
+        src = self.source(name)
+        cols = list(columns) if columns is not None else None
+        with self.bar(label or self.stage.name, src.num_rows, self.stage.unit) as advance:
+            for batch in src.batches(cols):
+                yield batch
+                advance(batch.num_rows)
+
+
+class Stage:
+    """Base class of every stage (see the module's documentation).
+
+    Subclasses set the class attributes and override :meth:`schema` and :meth:`map` (with
+    :meth:`reduce`, :meth:`flush` and :meth:`finish` as needed), or :meth:`batches` for a
+    stage that makes rows from nothing or from a reduce alone, or :meth:`build` for a
+    folder or file output.
+    """
+
+    name: ClassVar[str]
+    """The command (``phisieve NAME``) and the stage's name in pipeline files."""
+    help: ClassVar[str] = ""
+    """What the stage does, one paragraph (``--help``)."""
+    Options: ClassVar[type]
+    """The options dataclass."""
+    inputs: ClassVar[tuple[Input, ...]] = ()
+    output: ClassVar[Output] = Output()
+    main: ClassVar[str | None] = None
+    """The dataset input :meth:`map` streams."""
+    columns: ClassVar[tuple[str, ...] | None] = None
+    """The columns of ``main`` that :meth:`map` reads (``None``: all)."""
+    batch_rows: ClassVar[int] = 4096
+    """Rows per record batch read from a dataset input (results never depend on it)."""
+    rows_per_part: ClassVar[int] = 100_000
+    """Rows per part file of a dataset output."""
+    unit: ClassVar[str] = "documents"
+    """What the progress bars count."""
+
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        self.options = options if options is not None else self.Options(**values)
+        self.check()
+
+    # -- declarations the runner asks for --------------------------------------------------
+
+    def check(self) -> None:
+        """Validate the options (raise :class:`~phisieve.errors.ConfigError`) before any
+        input is read."""
+
+    def recorded(self) -> dict[str, Any]:
+        """The options recorded in the manifest and compared on resume: those that decide
+        the output."""
+        return deciding(self.options)
+
+    def settings(self) -> dict[str, Any]:
+        """Options recorded apart, never compared (threads, budgets)."""
+        return settings(self.options)
+
+    def output_kind(self) -> str:
+        """The kind of this run's output (a stage may choose by its options)."""
+        return self.output.kind
+
+    def parts(self) -> list[str]:
+        """The names of the datasets of a :data:`DATASETS` output."""
+        raise NotImplementedError
+
+    def schema(self, ctx: Context, state: Any) -> pa.Schema:
+        """The schema of a dataset output."""
+        raise NotImplementedError
+
+    # -- the work --------------------------------------------------------------------------
+
+    def open(self, ctx: Context) -> None:
+        """Check the opened inputs further (columns beyond :attr:`Input.columns`, types)
+        before any work; called by the runner after it opened them."""
+
+    def reduce(self, ctx: Context) -> Any:
+        """Read what the batch function needs from the whole corpus; its result is the
+        ``state`` every later step receives. Default: nothing."""
+        return None
+
+    def map(self, batch: pa.RecordBatch, state: Any, stats: Stats) -> Any:
+        """The batch function: output rows (a record batch, several, or ``None``) for one
+        batch of the main input; for a :data:`DATASETS` output, a mapping part -> batch."""
+        raise NotImplementedError
+
+    def flush(self, state: Any, stats: Stats) -> Iterable[Any]:
+        """Rows left once the main input is exhausted. Default: none."""
+        return ()
+
+    def batches(self, ctx: Context, state: Any) -> Iterator[Any]:
+        """Every output batch: :meth:`map` over the main input, then :meth:`flush`."""
+        if self.main is None:
+            raise NotImplementedError(f"{self.name} declares no main input to map")
+        for batch in ctx.scan(self.main, self.columns):
+            yield from _many(self.map(batch, state, ctx.stats))
+        for out in self.flush(state, ctx.stats):
+            yield from _many(out)
+
+    def finish(self, ctx: Context, state: Any) -> None:
+        """After the last batch, before the commit: side files (``ctx.writer.write_side``)
+        and final statistics (``ctx.stats``)."""
+
+    def build(self, ctx: Context, target: Path) -> None:
+        """Fill a :data:`FOLDER` output (``target`` is an empty folder) or write a
+        :data:`FILE` output (``target`` is the file to create)."""
+        raise NotImplementedError
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def summary(self, manifest: dict[str, Any], out: Path) -> list[Any]:
+        """What the command prints once the output is committed (rich renderables or
+        strings), from the manifest."""
+        return [f"written to {out}"]
+
+
+def _many(out: Any) -> Iterator[Any]:
+    if out is None:
+        return
+    if isinstance(out, (pa.RecordBatch, pa.Table, dict)):
+        yield out
+    else:
+        yield from out
+
+
+def require(src: BatchSource, columns: Iterable[str]) -> None:
+    """Refuse a dataset input that lacks one of ``columns``."""
+    require_columns(src.schema, columns, src.name)
