@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from phisieve.errors import ConfigError, InputError
+from phisieve.errors import ConfigError, PhisieveError, InputError
 from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
 from phisieve.io.schema import SPANS
 from phisieve.phi.canaries import (
     CANARIES_FILE,
     KINDS,
-    canaries_command,
+    CanariesStage,
     candidate_indices,
     candidates,
     insert_canaries,
@@ -33,6 +33,7 @@ from phisieve.phi.canaries import (
     secrets_at,
     space_size,
 )
+from phisieve.pipeline.runner import run_stage
 from phisieve.synthetic.generate import synth
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
@@ -395,12 +396,18 @@ def test_read_canaries_refuses_other_datasets(corpus, tmp_path):
         read_canaries(tmp_path / "missing")
 
 
+def canaries_command(corpus, out, n, repeats, kinds, key, overwrite):
+    """What `phisieve canaries` runs: the stage with the key read from its file."""
+    stage = CanariesStage(n=n, repeats=repeats, kinds=kinds)
+    return run_stage(stage, {"docs": corpus, "secret-file": key}, out, overwrite=overwrite)
+
+
 def test_canaries_command(corpus, planted, tmp_path):
     out, _ = planted
     key = tmp_path / "key.txt"
     key.write_bytes(SECRET + b"\n")
     manifest = canaries_command(corpus, tmp_path / "cmd", 30, "1, 4,16", "name,date,mrn", key,
-                                False, True)  # fmt: skip
+                                False)  # fmt: skip
     assert manifest["canaries"] == 30
     assert side_file(tmp_path / "cmd", CANARIES_FILE).read_bytes() == (
         side_file(out, CANARIES_FILE).read_bytes()
@@ -408,7 +415,8 @@ def test_canaries_command(corpus, planted, tmp_path):
     for repeats, kinds in [("0", "mrn"), ("a", "mrn"), ("1,,4", "mrn"), ("-1", "mrn"),
                            ("4,4", "mrn"), ("1", "mrn,ssn"), ("1", "")]:  # fmt: skip
         with pytest.raises(ConfigError):
-            canaries_command(corpus, tmp_path / "bad", 3, repeats, kinds, key, False, True)
-    with pytest.raises(ConfigError, match="inside the output"):
-        canaries_command(corpus, tmp_path, 3, "1", "mrn", key, True, True)
+            canaries_command(corpus, tmp_path / "bad", 3, repeats, kinds, key, False)
+    # A key inside the output is refused before anything is written.
+    with pytest.raises(PhisieveError, match="must not be, contain or lie in an input"):
+        canaries_command(corpus, tmp_path, 3, "1", "mrn", key, True)
     assert not (tmp_path / "bad").exists()

@@ -16,7 +16,6 @@ from phisieve.corpus.split import (
     parse_fractions,
     part_sizes,
     split,
-    split_command,
 )
 from phisieve.errors import ConfigError, InputError, OutputExistsError
 from phisieve.io.dataset import dataset_files, read_manifest
@@ -216,7 +215,14 @@ def test_by_document(tmp_path):
 
 
 def test_split_command_prints_the_parts(tmp_path, capsys):
-    s = split_command(corpus(10), tmp_path / "s", "patient", "a=0.7,b=0.3", 2, False, True)
-    assert [p["units"] for p in s["parts"].values()] == [7, 3]
+    from phisieve.cli import main
+
+    write_dataset(corpus(10), tmp_path / "docs")
+    argv = ["split", tmp_path / "docs", "--out", tmp_path / "s", "--fractions", "a=0.7,b=0.3"]
+    main([str(a) for a in [*argv, "--seed", "2", "-q"]])
+    assert [read_manifest(tmp_path / "s" / p)["split"]["parts"][p]["units"] for p in "ab"] == [
+        7,
+        3,
+    ]
     out = capsys.readouterr().out
     assert "10 patients, 19 documents" in out

@@ -15,8 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..catalog import STAGES
 from ..errors import ConfigError, PhisieveError
 from ..io.dataset import meta_dir, side_file
+from .commands import register
 
 app = typer.Typer(
     name="phisieve",
@@ -28,6 +30,7 @@ app = typer.Typer(
 )
 out_console = Console()
 err_console = Console(stderr=True)
+register(app, STAGES)
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -67,27 +70,6 @@ MinShare = Annotated[
     float,
     typer.Option(help="identifying scope: the share of a word's uses inside spans."),
 ]
-
-
-@app.command()
-def synth(
-    out: Out,
-    patients: Annotated[int, typer.Option(help="Number of patients.")] = 500,
-    seed: Annotated[int, typer.Option(help="Random seed; output is a pure function of it.")] = 0,
-    fmt: Annotated[str, typer.Option("--format", help="parquet or mimic-csv.")] = "parquet",
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."""
-    from ..synthetic.generate import synth as run
-
-    manifest = run(
-        out, patients=patients, seed=seed, fmt=fmt, progress=not quiet, overwrite=overwrite
-    )
-    out_console.print(
-        f"wrote {manifest.get('rows', 0):,} notes of {patients:,} patients "
-        f"(~{manifest.get('tokens', 0):,} tokens) to {out}"
-    )
 
 
 @app.command()
@@ -139,197 +121,6 @@ def ingest(
 
 
 @app.command()
-def index(
-    docs: Annotated[Path, typer.Argument(help="The documents dataset (from ingest or synth).")],
-    out: Out,
-    k: Annotated[int, typer.Option("--k", help="Indirect: used by fewer than k patients.")] = 2,
-    ngram: Annotated[int, typer.Option(help="Count word n-grams for n = 1..NGRAM.")] = 1,
-    normalize: Annotated[
-        str, typer.Option(help="nfkc_lower, nfkc, nfc_lower, nfc, lower, none.")
-    ] = "nfkc_lower",
-    memory_budget: Annotated[
-        str | None,
-        typer.Option(
-            help="e.g. 2GB: the memory the counting may take (term tables, vocabulary, "
-            "finishing a pass, text read at a time); terms are split into passes to stay "
-            "under it. Python and its libraries (~150 MB), the Parquet reader (~30 MB) and "
-            "the terms table written come on top."
-        ),
-    ] = None,
-    threads: Annotated[int, typer.Option(help="Worker threads (0: all cores).")] = 0,
-    patient_col: Annotated[str, typer.Option(help="Patient id column.")] = "patient_id",
-    text_col: Annotated[str, typer.Option(help="Note text column.")] = "text",
-    policy_stats: Annotated[
-        bool, typer.Option(help="Measure the share of words each n-gram policy protects.")
-    ] = True,
-    spans: Annotated[
-        Path | None,
-        typer.Option(help="Direct-identifier spans: the words DIRECT_SCOPE makes direct."),
-    ] = None,
-    direct_scope: DirectScope = "identifying",
-    min_share: MinShare = 0.2,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Build the patient x term index: the terms dataset in OUT; blacklist.txt and
-    stats.json in OUT.meta."""
-    from ..term_index.build import write_index
-
-    stats = write_index(
-        docs,
-        out,
-        k=k,
-        ngram=ngram,
-        normalize=normalize,
-        patient_col=patient_col,
-        text_col=text_col,
-        memory_budget=memory_budget,
-        threads=threads,
-        policy_stats=policy_stats,
-        progress=not quiet,
-        spans=spans,
-        direct_scope=direct_scope,
-        min_share=min_share,
-        overwrite=overwrite,
-    )
-    print_index_summary(stats)
-    if spans is not None:
-        out_console.print(
-            f"{stats['direct_terms']:,} words of direct spans marked direct in the whole "
-            f"corpus (scope {direct_scope})"
-        )
-    out_console.print(f"terms written to {out}; blacklist.txt and stats.json to {meta_dir(out)}")
-
-
-@app.command()
-def merge(
-    parts: Annotated[list[Path], typer.Argument(help="terms folders of shards of a corpus.")],
-    out: Out,
-    k: Annotated[int, typer.Option("--k", help="The k the parts were built with.")] = 2,
-    shared_patients: Annotated[
-        bool,
-        typer.Option(help="Shards may share patients (counts >= k become lower bounds)."),
-    ] = False,
-    overwrite: Overwrite = False,
-) -> None:
-    """Merge the terms of shards of a corpus (indexed separately) into one index."""
-    import pyarrow.compute as pc
-
-    from ..io.dataset import DatasetWriter, check_inputs, check_output
-    from ..term_index.build import merge_terms, read_terms, terms_options
-
-    inputs = check_inputs(**{f"part{i}": p for i, p in enumerate(parts)})
-    check_output(out, overwrite, inputs)
-    merged = merge_terms([read_terms(p) for p in parts], k=k, patients_disjoint=not shared_patients)
-    options = {**terms_options(merged), "shared_patients": shared_patients}
-    with DatasetWriter(
-        out,
-        merged.schema,
-        stage="merge",
-        inputs=inputs,
-        options=options,
-        overwrite=overwrite,
-        rows_per_part=1_000_000,
-    ) as writer:
-        writer.write(merged)
-        writer.close(**terms_options(merged), merged_from=[str(p) for p in parts])
-    indirect = pc.sum(merged.column("indirect")).as_py()
-    out_console.print(f"{merged.num_rows:,} terms ({indirect:,} indirect) written to {out}")
-
-
-@app.command()
-def surrogate(
-    docs: Annotated[Path, typer.Argument(help="The documents dataset, with [** ... **].")],
-    out: Out,
-    secret_file: Annotated[
-        Path,
-        typer.Option(
-            help="File holding the secret key: random, >= 32 bytes (make one with "
-            '`python -c "import secrets; print(secrets.token_hex(32))" > KEY`); kept apart.'
-        ),
-    ],
-    locale: Annotated[str, typer.Option(help="Faker locale of the surrogates.")] = "en_US",
-    keep_unfilled: Annotated[
-        bool,
-        typer.Option(help="Leave unknown categories and malformed markers in the text."),
-    ] = False,
-    years: Annotated[
-        str, typer.Option(help="FIRST:LAST: years each patient's latest date moves into.")
-    ] = "2000:2020",
-    report_unknown_categories: Annotated[
-        bool,
-        typer.Option(
-            "--report-unknown-categories",
-            help="Name, in the report and the manifest, the unknown categories that at least "
-            "two patients use (one patient's are only counted: they may be PHI). Without it "
-            "unknown categories are only counted.",
-        ),
-    ] = False,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."""
-    from ..phi.surrogate import read_secret
-    from ..phi.surrogate import surrogate as run
-
-    try:
-        lo, hi = (int(y) for y in years.split(":"))
-    except ValueError:
-        raise ConfigError(f"--years must be FIRST:LAST, e.g. 2000:2020, not {years!r}") from None
-    secret = read_secret(secret_file, out)
-    m = run(
-        docs,
-        out,
-        secret,
-        locale=locale,
-        keep_unfilled=keep_unfilled,
-        years=(lo, hi),
-        progress=not quiet,
-        overwrite=overwrite,
-        report_unknown=report_unknown_categories,
-    )
-    print_surrogate_summary(m)
-    out_console.print(f"written to {out}")
-
-
-def print_surrogate_summary(m: dict[str, Any]) -> None:
-    """The surrogate stage's counts; unknown categories by name only when the manifest holds
-    them (``--report-unknown-categories``: those two patients use), otherwise counted."""
-    table = Table(title="surrogates", show_header=True, header_style="bold")
-    table.add_column("kind")
-    table.add_column("filled", justify="right")
-    for kind, n in m["by_kind"].items():
-        table.add_row(kind, f"{n:,}")
-    out_console.print(table)
-    out_console.print(
-        f"{m['rows']:,} documents: {m['placeholders']:,} placeholders, {m['filled']:,} "
-        f"filled, {m['unfilled']:,} left unfilled, {m['markers_removed']:,} stray markers removed"
-    )
-    if m.get("dates_clamped"):
-        out_console.print(
-            f"[yellow]{m['dates_clamped']:,} date placeholders were no calendar date[/] "
-            "(e.g. month 13, February 30): moved to the nearest date before the shift"
-        )
-    unknown = m["unknown"]
-    if not unknown["categories"]:
-        return
-    out_console.print(
-        f"[yellow]{unknown['categories']:,} unknown categories[/] "
-        f"({unknown['placeholders']:,} placeholders; "
-        f"{unknown['single_patient_categories']:,} of them used by one patient each)"
-    )
-    if "unknown_categories" not in m:
-        out_console.print(
-            "not named: --report-unknown-categories names those at least two patients use"
-        )
-        return
-    for category, n in m["unknown_categories"].items():
-        out_console.print(
-            f"[yellow]unknown category[/] {escape(category)!r}: {n:,}", highlight=False
-        )
-
-
-@app.command()
 def placeholders(
     out: Out,
     corpus: Annotated[
@@ -347,61 +138,6 @@ def placeholders(
         f"{m['rows']:,} documents: {m['spans']:,} gold spans -> {m['placeholders']:,} "
         f"placeholders ({m['merged']:,} overlaps merged); written to {out}"
     )
-
-
-@app.command()
-def detect(
-    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
-    out: Out,
-    recognizers: Recognizers = "rules,lists",
-    deny: Annotated[
-        Path | None, typer.Option(help="Deny list: word[TAB LABEL] per line, always direct.")
-    ] = None,
-    allow: Annotated[Path | None, typer.Option(help="Allow list: words never direct.")] = None,
-    min_score: Annotated[
-        str, typer.Option(help="Drop detections scored below this: 0.5, or presidio=0.85,rules=0.")
-    ] = "0",
-    presidio_model: Annotated[
-        str | None, typer.Option(help="spaCy model of the presidio recognizer (installed).")
-    ] = None,
-    stanza_model: StanzaModel = None,
-    workers: Annotated[int, typer.Option(help="spaCy processes for presidio.")] = 1,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Find direct identifiers; write the `spans` dataset (doc_id, spans)."""
-    from ..detect.run import detect as run
-    from ..detect.run import write_spans
-    from ..io.dataset import check_inputs, check_output
-
-    inputs = check_inputs(docs=docs, deny=deny, allow=allow)
-    check_output(out, overwrite, inputs)
-    thresholds = parse_thresholds(min_score)
-    spans = run(
-        docs,
-        **detect_options(recognizers, deny, allow, stanza_model),
-        min_score=thresholds,
-        presidio_model=presidio_model,
-        workers=workers,
-        progress=not quiet,
-    )
-    n = sum(len(s) for s in spans.column("spans").to_pylist())
-    options = {
-        "recognizers": recognizers,
-        "min_score": thresholds,
-        "presidio_model": presidio_model,
-        "stanza_model": stanza_model,
-    }
-    write_spans(
-        spans,
-        out,
-        inputs=inputs,
-        options=options,
-        overwrite=overwrite,
-        recognizers=recognizers,
-        spans_found=n,
-    )
-    out_console.print(f"{spans.num_rows:,} documents, {n:,} spans written to {out}")
 
 
 def detect_options(
@@ -829,48 +565,6 @@ def train(
     if "dp" in s:
         line += f"; DP-SGD ε = {s['dp']['epsilon']:.2f} at δ = {s['dp']['delta']:.2g}"
     out_console.print(line + f"; model written to {out}")
-
-
-@app.command()
-def split(
-    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
-    out: Out,
-    by: Annotated[str, typer.Option(help="patient (or document).")] = "patient",
-    fractions: Annotated[
-        str, typer.Option(help="NAME=SHARE,... summing to 1.")
-    ] = "members=0.6,reference=0.2,heldout=0.2",
-    seed: Annotated[int, typer.Option(help="Key of the patient hash.")] = 0,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Split documents by patient into datasets OUT/<name>/ (members, reference, held-out
-    patients for an audit)."""
-    from ..corpus.split import split_command
-
-    split_command(docs, out, by, fractions, seed, overwrite, quiet)
-
-
-@app.command()
-def canaries(
-    docs: Annotated[Path, typer.Argument(help="The documents dataset.")],
-    out: Out,
-    secret_file: Annotated[Path, typer.Option(help="File holding the secret key.")],
-    n: Annotated[int, typer.Option("--n", help="Canaries in all.")] = 100,
-    repeats: Annotated[str, typer.Option(help="Repetition counts, e.g. 1,4,16.")] = "1,4,16",
-    kinds: Annotated[str, typer.Option(help="Secret kinds: name, date, mrn.")] = "name,date,mrn",
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-) -> None:
-    """Insert canary sentences carrying random dummy-PHI secrets into chosen patients' notes
-    (each repeated 1, 4, 16... times); `phisieve audit --canaries OUT` measures their
-    exposure."""
-    from ..phi.canaries import canaries_command
-
-    m = canaries_command(docs, out, n, repeats, kinds, secret_file, overwrite, quiet)
-    out_console.print(
-        f"{m['canaries']} canaries ({m['insertions']} insertions) in {m['patients']} patients' "
-        f"notes written to {out}; their secrets are in {side_file(out, 'canaries.parquet')}"
-    )
 
 
 @app.command()

@@ -20,26 +20,26 @@ import math
 import os
 import re
 from collections.abc import Iterable
-from contextlib import ExitStack
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError, InputError
-from ..io.dataset import MANIFEST, META_SUFFIX, DatasetWriter, check_inputs, check_output, meta_dir
-from ..io.sources import open_source, require_columns
-from ..pipeline.progress import progress_bar
+from ..pipeline.options import option
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import DATASETS, Context, Input, Output, Stage, require
+from ..pipeline.stats import Stats
 
 __all__ = [
     "DEFAULT_FRACTIONS",
+    "SplitStage",
     "assign",
     "check_fractions",
     "parse_fractions",
     "part_sizes",
     "split",
-    "split_command",
 ]
 
 DEFAULT_FRACTIONS: dict[str, float] = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
@@ -156,26 +156,6 @@ def assign(units: Iterable[str], fractions: dict[str, float], seed: int = 0) -> 
     return out
 
 
-def _check_out(out: Path, names: list[str]) -> None:
-    """``out`` must be a plain folder (or not exist yet) that holds nothing but these parts."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise InputError("the output must be a folder", path=out)
-    if out.name.endswith(META_SUFFIX) or (meta_dir(out) / MANIFEST).exists():
-        raise InputError(
-            "the output of split is a folder of datasets, not a dataset itself", path=out
-        )
-    if not out.exists():
-        return
-    allowed = {*names, *(n + META_SUFFIX for n in names)}
-    for entry in out.iterdir():
-        if not entry.name.startswith(".") and entry.name not in allowed:
-            raise InputError(
-                f"the output folder holds something other than the parts "
-                f"({', '.join(names)}), e.g. {entry.name}; use a new or empty folder",
-                path=out,
-            )
-
-
 def split(
     docs: Any,
     out: str | os.PathLike[str],
@@ -234,134 +214,139 @@ def split(
         A part exists and ``overwrite`` is False.
     """
     fractions = check_fractions(dict(DEFAULT_FRACTIONS if fractions is None else fractions))
-    if by not in BY:
-        raise ConfigError(f"unknown split unit {by!r}; expected one of {', '.join(BY)}")
-    _check_seed(seed)
-    column = BY[by]
-    out = Path(out)
-    names = list(fractions)
-    inputs = check_inputs(docs=docs)
-    _check_out(out, names)
-    for name in names:
-        check_output(out / name, overwrite, inputs)
-    src = open_source(docs, 16_384)
-    require_columns(src.schema, [column], src.name)
-    if not src.reiterable:
-        raise InputError("the split stage reads its input twice: pass a dataset or a table")
+    text = ",".join(f"{name}={share!r}" for name, share in fractions.items())
+    stage = SplitStage(by=by, fractions=text, seed=seed)
+    manifest = run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
+    return manifest["split"]
 
-    units: set[str] = set()
-    seen = 0
-    with progress_bar(f"{by}s", total=src.num_rows, unit="documents", enabled=progress) as adv:
-        for b in src.batches([column]):
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """Options of ``phisieve split``."""
+
+    by: str = option("patient", "patient (or document).")
+    fractions: str = option("members=0.6,reference=0.2,heldout=0.2", "NAME=SHARE,... summing to 1.")
+    seed: int = option(0, "Key of the patient hash.")
+
+
+@dataclass
+class _Assignment:
+    value_sets: dict[str, pa.Array]
+    units: int
+    seen: int
+    members: dict[str, int]
+    rows: dict[str, int] = field(default_factory=dict)
+    patients: dict[str, set[str]] = field(default_factory=dict)
+
+
+class SplitStage(Stage):
+    """``phisieve split``: documents split by patient into one dataset per part.
+
+    Reduce: the distinct patients (or documents), assigned to parts by a keyed hash
+    (:func:`assign`). Map: every row routed to its unit's part (rows keep their order within
+    a part; every column is kept). The output is a folder of datasets, ``OUT/<name>/``.
+    """
+
+    name = "split"
+    help = (
+        "Split documents by patient into datasets OUT/<name>/ (members, reference, held-out "
+        "patients for an audit)."
+    )
+    Options = SplitOptions
+    inputs = (Input("docs", "The documents dataset.", positional=True),)
+    output = Output(DATASETS, "Output folder: one dataset per part.")
+    main = "docs"
+    batch_rows = 16_384
+
+    def _fractions(self) -> dict[str, float]:
+        return parse_fractions(self.options.fractions)
+
+    def check(self) -> None:
+        self._fractions()
+        if self.options.by not in BY:
+            raise ConfigError(
+                f"unknown split unit {self.options.by!r}; expected one of {', '.join(BY)}"
+            )
+        _check_seed(self.options.seed)
+
+    def recorded(self) -> dict[str, Any]:
+        return {"by": self.options.by, "seed": self.options.seed, "fractions": self._fractions()}
+
+    def parts(self) -> list[str]:
+        return list(self._fractions())
+
+    def open(self, ctx: Context) -> None:
+        require(ctx.source("docs"), [BY[self.options.by]])
+        ctx.reiterable("docs", "reads its input twice")
+
+    def part_stats(self, stats: Stats, part: str) -> dict[str, Any]:
+        return {"split": {**stats["split"], "part": part}}
+
+    def schema(self, ctx: Context, state: _Assignment) -> pa.Schema:
+        return ctx.source("docs").schema
+
+    def reduce(self, ctx: Context) -> _Assignment:
+        by, column = self.options.by, BY[self.options.by]
+        src = ctx.source("docs")
+        units: set[str] = set()
+        seen = 0
+        for b in ctx.scan("docs", [column], f"{by}s"):
             col = b.column(0)
             if col.null_count:
                 row = seen + int(pc.index(pc.is_null(col), True).as_py())
                 raise InputError(f"a null {column}", path=src.name, row=row, column=column)
             units.update(pc.unique(col.cast(pa.large_string())).to_pylist())
             seen += b.num_rows
-            adv(b.num_rows)
-    parts = assign(units, fractions, seed)
-    members = {name: [] for name in names}
-    for u, name in parts.items():
-        members[name].append(u)
-    value_sets = {name: pa.array(sorted(ids), pa.large_string()) for name, ids in members.items()}
-    options = {"by": by, "seed": seed, "fractions": fractions}
-    rows = dict.fromkeys(names, 0)
-    count_patients = by != "patient" and "patient_id" in src.schema.names
-    patients: dict[str, set[str]] = {name: set() for name in names}
-    with ExitStack() as stack:
-        writers = {
-            name: stack.enter_context(
-                DatasetWriter(
-                    out / name,
-                    src.schema,
-                    stage="split",
-                    inputs=inputs,
-                    options={**options, "part": name},
-                    overwrite=overwrite,
-                )
+        parts = assign(units, self._fractions(), self.options.seed)
+        members: dict[str, list[str]] = {name: [] for name in self.parts()}
+        for u, name in parts.items():
+            members[name].append(u)
+        value_sets = {n: pa.array(sorted(ids), pa.large_string()) for n, ids in members.items()}
+        sizes = {n: len(ids) for n, ids in members.items()}
+        names = self.parts()
+        return _Assignment(
+            value_sets, len(units), seen, sizes, dict.fromkeys(names, 0), {n: set() for n in names}
+        )
+
+    def map(self, batch: pa.RecordBatch, state: _Assignment, stats: Stats) -> dict[str, Any]:
+        keys = batch.column(BY[self.options.by]).cast(pa.large_string())
+        count_patients = self.options.by != "patient" and "patient_id" in batch.schema.names
+        out = {}
+        for name, values in state.value_sets.items():
+            part = batch.filter(pc.is_in(keys, value_set=values))
+            state.rows[name] += part.num_rows
+            if count_patients:
+                state.patients[name].update(pc.unique(part.column("patient_id")).to_pylist())
+            out[name] = part
+        return out
+
+    def finish(self, ctx: Context, state: _Assignment) -> None:
+        by = self.options.by
+        total = sum(state.rows.values())
+        if total != state.seen:  # pragma: no cover - every id was assigned in the first pass
+            raise InputError(
+                "the dataset changed between the two passes", path=ctx.source("docs").name
             )
-            for name in names
-        }
-        with progress_bar("split", total=src.num_rows, unit="documents", enabled=progress) as adv:
-            for b in src.batches(None):
-                keys = b.column(column).cast(pa.large_string())
-                for name in names:
-                    mask = pc.is_in(keys, value_set=value_sets[name])
-                    part = b.filter(mask)
-                    rows[name] += part.num_rows
-                    writers[name].write(part)
-                    if count_patients:
-                        patients[name].update(pc.unique(part.column("patient_id")).to_pylist())
-                adv(b.num_rows)
-        total = sum(rows.values())
-        if total != seen:  # pragma: no cover - every id was assigned in the first pass
-            raise InputError("the dataset changed between the two passes", path=src.name)
+        count_patients = by != "patient" and "patient_id" in ctx.source("docs").schema.names
 
         def n_patients(name: str) -> int | None:
             if by == "patient":
-                return len(members[name])
-            return len(patients[name]) if count_patients else None
+                return state.members[name]
+            return len(state.patients[name]) if count_patients else None
 
-        summary: dict[str, Any] = {
+        ctx.stats["split"] = {
             "by": by,
-            "seed": seed,
-            "fractions": fractions,
-            "units": len(units),
+            "seed": self.options.seed,
+            "fractions": self._fractions(),
+            "units": state.units,
             "rows": total,
             "parts": {
                 name: {
-                    "path": str(out / name),
-                    "units": len(members[name]),
+                    "path": str(ctx.out / name),
+                    "units": state.members[name],
                     "patients": n_patients(name),
-                    "rows": rows[name],
+                    "rows": state.rows[name],
                 }
-                for name in names
+                for name in self.parts()
             },
         }
-        for name in names:
-            writers[name].close(split={**summary, "part": name})
-    return summary
-
-
-def split_command(
-    docs: Path,
-    out: Path,
-    by: str = "patient",
-    fractions: str = "members=0.6,reference=0.2,heldout=0.2",
-    seed: int = 0,
-    overwrite: bool = False,
-    quiet: bool = False,
-) -> dict[str, Any]:
-    """What ``phisieve split`` runs: parse ``fractions`` (:func:`parse_fractions`), split
-    (:func:`split`) and print a table of the parts (patients and rows) to standard output.
-
-    Returns the summary of :func:`split`.
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    summary = split(
-        docs,
-        out,
-        fractions=parse_fractions(fractions),
-        by=by,
-        seed=seed,
-        overwrite=overwrite,
-        progress=not quiet,
-    )
-    table = Table(title=f"split by {by} (seed {seed})")
-    for col in ("part", "fraction", "patients", "documents", "folder"):
-        table.add_column(col, justify="left" if col in ("part", "folder") else "right")
-    for name, part in summary["parts"].items():
-        table.add_row(
-            name,
-            f"{summary['fractions'][name]:g}",
-            "-" if part["patients"] is None else f"{part['patients']:,}",
-            f"{part['rows']:,}",
-            part["path"],
-        )
-    console = Console()
-    console.print(table)
-    console.print(f"{summary['units']:,} {by}s, {summary['rows']:,} documents, written to {out}")
-    return summary

@@ -43,7 +43,10 @@ from ..errors import ConfigError, InputError
 from ..io.dataset import DatasetWriter
 from ..io.schema import SPANS, spans_array
 from ..io.sources import BatchSource, open_source, require_columns
+from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
+from ..pipeline.stage import PATH, Context, Input, Stage
+from ..pipeline.stats import Stats
 from ..text.words import normalize_word, tokenize
 from .recognizers import dictionaries
 
@@ -249,6 +252,96 @@ def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
     return spans_array(n, merged.get_column("row").to_numpy(), *columns)
 
 
+@dataclass
+class Detector:
+    """The recognizers of a detection run, ready: models loaded, the dictionaries' corpus
+    statistics learnt. :meth:`spans` is the batch function of the ``detect`` stage."""
+
+    recognizers: list[str]
+    deny: dict[str, str]
+    allow: set[str]
+    thresholds: dict[str, float]
+    models: dict[str, Any]
+    learnt: _Dictionaries | None
+
+    def spans(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The ``spans`` rows (``doc_id``, ``spans``) of a batch of documents."""
+        texts = batch.column("text")
+        merged = _detect_batch(
+            texts, self.recognizers, self.deny, self.allow, self.thresholds, self.models,
+            self.learnt,
+        )  # fmt: skip
+        return pa.record_batch(
+            [batch.column("doc_id").cast(pa.string()), _spans_column(batch.num_rows, merged)],
+            schema=SPANS_TABLE,
+        )
+
+
+SPANS_TABLE = pa.schema([pa.field("doc_id", pa.string()), pa.field("spans", SPANS)])
+"""The ``spans`` table: a document's id and its direct-identifier spans."""
+
+
+def check_recognizers(
+    recognizers: Iterable[str], min_score: float | dict[str, float]
+) -> dict[str, float]:
+    """The per-recognizer thresholds; unknown recognizers (or thresholds naming one) refused."""
+    recognizers = list(recognizers)
+    thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
+    if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
+        raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
+    if "model" in recognizers:
+        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
+    if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
+        raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
+    return thresholds
+
+
+def detector(
+    src: BatchSource,
+    recognizers: Iterable[str] = ("rules", "lists"),
+    *,
+    deny: dict[str, str] | None = None,
+    allow: Iterable[str] | None = None,
+    min_score: float | dict[str, float] = 0.0,
+    presidio_model: str | None = None,
+    stanza: dict[str, Any] | None = None,
+    workers: int = 1,
+    progress: bool = False,
+    dictionaries_enabled: bool = True,
+    corpus: Any = None,
+    model_options: dict[str, Any] | None = None,
+) -> Detector:
+    """Load the recognizers and, for ``lists``, learn the dictionaries' statistics of the
+    corpus (``src``, or ``corpus`` when given): the reduce step of detection (the
+    parameters are :func:`detect`'s)."""
+    recognizers = list(recognizers)
+    thresholds = check_recognizers(recognizers, min_score)
+    models: dict[str, Any] = {}
+    if "presidio" in recognizers:
+        from .recognizers.presidio import DEFAULT_MODEL, PresidioRecognizer
+
+        models["presidio"] = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
+    if "stanza" in recognizers:
+        from .recognizers.stanza import StanzaRecognizer
+
+        models["stanza"] = StanzaRecognizer(**(stanza or {}))
+    for name in recognizers:
+        if name.startswith("model:"):
+            from .recognizers.model import ModelRecognizer
+
+            models[name] = ModelRecognizer(name.split(":", 1)[1], **(model_options or {}))
+    learnt = None
+    if "lists" in recognizers and dictionaries_enabled:
+        if corpus is None:
+            learnt = _learn(src, progress)
+        else:
+            learn_src = open_source(corpus, 4096)
+            require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
+            learnt = _learn(learn_src, progress)
+    allow_set = {normalize_word(w) for w in allow or ()}
+    return Detector(recognizers, deny or {}, allow_set, thresholds, models, learnt)
+
+
 def detect(
     documents: Any,
     recognizers: Iterable[str] = ("rules", "lists"),
@@ -304,59 +397,132 @@ def detect(
         ``label``, ``source`` = the recognizers that found it, ``score``).
     """
     recognizers = list(recognizers)
-    thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
-    if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
-        raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
-    if "model" in recognizers:
-        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
-    if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
-        raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
-    models: dict[str, Any] = {}
-    if "presidio" in recognizers:
-        from .recognizers.presidio import DEFAULT_MODEL, PresidioRecognizer
-
-        models["presidio"] = PresidioRecognizer(presidio_model or DEFAULT_MODEL, n_process=workers)
-    if "stanza" in recognizers:
-        from .recognizers.stanza import StanzaRecognizer
-
-        models["stanza"] = StanzaRecognizer(**(stanza or {}))
-    for name in recognizers:
-        if name.startswith("model:"):
-            from .recognizers.model import ModelRecognizer
-
-            models[name] = ModelRecognizer(name.split(":", 1)[1], **(model_options or {}))
-    deny = deny or {}
-    allow_set = {normalize_word(w) for w in allow or ()}
+    check_recognizers(recognizers, min_score)
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
-    learnt = None
-    if "lists" in recognizers and dictionaries_enabled:
-        if not src.reiterable:
-            # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
-            src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
-        if corpus is None:
-            learnt = _learn(src, progress)
-        else:
-            learn_src = open_source(corpus, 4096)
-            require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
-            learnt = _learn(learn_src, progress)
+    if "lists" in recognizers and dictionaries_enabled and not src.reiterable:
+        # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
+        src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
+    found = detector(
+        src, recognizers, deny=deny, allow=allow, min_score=min_score,
+        presidio_model=presidio_model, stanza=stanza, workers=workers, progress=progress,
+        dictionaries_enabled=dictionaries_enabled, corpus=corpus, model_options=model_options,
+    )  # fmt: skip
     out = []
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
         for b in src.batches(["doc_id", "text"]):
-            texts = b.column("text")
-            merged = _detect_batch(texts, recognizers, deny, allow_set, thresholds, models, learnt)
-            out.append(
-                pa.table(
-                    {
-                        "doc_id": b.column("doc_id").cast(pa.string()),
-                        "spans": _spans_column(b.num_rows, merged),
-                    }
-                )
-            )
+            out.append(found.spans(b))
             adv(b.num_rows)
-    if not out:
-        return pa.table({"doc_id": pa.array([], pa.string()), "spans": pa.array([], SPANS)})
-    return pa.concat_tables(out)
+    return pa.Table.from_batches(out, SPANS_TABLE)
+
+
+def parse_thresholds(text: str) -> float | dict[str, float]:
+    """``0.5`` or ``presidio=0.85,rules=0`` (``*=`` sets the others)."""
+    try:
+        if "=" not in text:
+            return float(text)
+        pairs = (item.split("=", 1) for item in text.split(",") if item.strip())
+        return {name.strip(): float(value) for name, value in pairs}
+    except ValueError:
+        raise ConfigError(
+            f"--min-score must be a number or name=number,..., not {text!r}"
+        ) from None
+
+
+def parse_recognizers(text: str) -> list[str]:
+    """``rules,lists,model:DIR`` as a list of names."""
+    return [r.strip() for r in text.split(",") if r.strip()]
+
+
+def stanza_options(stanza_model: str | None) -> dict[str, Any]:
+    """``package[:ner]`` (``--stanza-model``) as the stanza recognizer's options."""
+    package, _, ner = (stanza_model or "").partition(":")
+    return {"package": package or None, "ner": ner or None}
+
+
+RECOGNIZERS_HELP = (
+    "Comma-separated recognizers: rules, lists, presidio, stanza, model:DIR (from "
+    "detect-train; in detect-eval --cv, a bare `model` is trained per fold)."
+)
+STANZA_HELP = (
+    "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
+    "beforehand; STANZA_RESOURCES_DIR says where)."
+)
+
+
+@dataclass(frozen=True)
+class DetectOptions:
+    """Options of ``phisieve detect``."""
+
+    recognizers: str = option("rules,lists", RECOGNIZERS_HELP)
+    min_score: str = option(
+        "0", "Drop detections scored below this: 0.5, or presidio=0.85,rules=0."
+    )
+    presidio_model: str | None = option(None, "spaCy model of the presidio recognizer (installed).")
+    stanza_model: str | None = option(None, STANZA_HELP)
+    workers: int = option(1, "spaCy processes for presidio.", decides=False)
+
+
+class DetectStage(Stage):
+    """``phisieve detect``: direct-identifier spans of every document.
+
+    Reduce: the recognizers loaded and, for ``lists``, the dictionaries' statistics of the
+    whole corpus (:func:`detector`). Map: :meth:`Detector.spans` on each batch.
+    """
+
+    name = "detect"
+    help = "Find direct identifiers; write the `spans` dataset (doc_id, spans)."
+    Options = DetectOptions
+    inputs = (
+        Input("docs", "The documents dataset.", positional=True, columns=("doc_id", "text")),
+        Input("deny", "Deny list: word[TAB LABEL] per line, always direct.", kind=PATH,
+              required=False),
+        Input("allow", "Allow list: words never direct.", kind=PATH, required=False),
+    )  # fmt: skip
+    main = "docs"
+    columns = ("doc_id", "text")
+
+    def check(self) -> None:
+        check_recognizers(
+            parse_recognizers(self.options.recognizers), parse_thresholds(self.options.min_score)
+        )
+
+    def recorded(self) -> dict[str, Any]:
+        return {
+            "recognizers": self.options.recognizers,
+            "min_score": parse_thresholds(self.options.min_score),
+            "presidio_model": self.options.presidio_model,
+            "stanza_model": self.options.stanza_model,
+        }
+
+    def schema(self, ctx: Context, state: Detector) -> pa.Schema:
+        return SPANS_TABLE
+
+    def reduce(self, ctx: Context) -> Detector:
+        o = self.options
+        names = parse_recognizers(o.recognizers)
+        src = ctx.hold("docs") if "lists" in names else ctx.source("docs")
+        deny, allow = ctx.path("deny"), ctx.path("allow")
+        return detector(
+            src,
+            names,
+            deny=read_word_list(deny) if deny else None,
+            allow=read_word_list(allow) if allow else None,
+            min_score=parse_thresholds(o.min_score),
+            presidio_model=o.presidio_model,
+            stanza=stanza_options(o.stanza_model),
+            workers=o.workers,
+            progress=ctx.progress,
+        )
+
+    def map(self, batch: pa.RecordBatch, state: Detector, stats: Stats) -> pa.RecordBatch:
+        out = state.spans(batch)
+        stats.add("spans_found", len(out.column("spans").flatten()))
+        return out
+
+    def finish(self, ctx: Context, state: Detector) -> None:
+        ctx.stats.setdefault("spans_found", 0)
+        ctx.stats["recognizers"] = self.options.recognizers
 
 
 def write_spans(

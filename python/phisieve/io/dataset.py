@@ -384,7 +384,7 @@ def output_manifest(
     """The manifest of the output at ``out`` when there is one (``None`` when nothing is
     there, a lone leftover ``.meta`` included); an :class:`InputError` when it is damaged.
     With ``parts`` (a folder of datasets), every part must be there: the manifests' common
-    fields, and every part's under ``parts``."""
+    fields, and every part's under ``outputs``."""
     out = Path(out)
     if parts is None:
         recover(out)
@@ -406,7 +406,7 @@ def output_manifest(
         mine = {k: v for k, v in (m.get("options") or {}).items() if k != "part"}
         if mine != options or any(m.get(k) != v for k, v in common.items()):
             raise InputError("the parts were written by different runs", path=out / p)
-    return {**common, "options": options, "parts": found}
+    return {**common, "options": options, "outputs": found}
 
 
 def fingerprint(manifest: dict[str, Any]) -> str:
@@ -453,6 +453,12 @@ def _file_identity(path: Path) -> dict[str, Any]:
 _KEY_ID = b"phisieve key id\x00"
 
 
+def key_digest(content: bytes) -> str:
+    """A digest that tells keys apart without being the plain hash of one (domain-separated
+    SHA-256, truncated to 128 bits)."""
+    return hashlib.sha256(_KEY_ID + content).hexdigest()[:32]
+
+
 def path_identity(path: str | os.PathLike[str], *, secret: bool = False) -> dict[str, Any]:
     """What an output records about a file or folder input (a tokenizer, a model, a word
     list, a key): its path and fingerprint. An output phisieve wrote is checked through its
@@ -466,8 +472,7 @@ def path_identity(path: str | os.PathLike[str], *, secret: bool = False) -> dict
         manifest = check_complete(path)
         return {"path": str(path.absolute()), "fingerprint": fingerprint(manifest)}
     if secret:
-        digest = hashlib.sha256(_KEY_ID + path.read_bytes()).hexdigest()[:32]
-        return {"path": str(path.absolute()), "key_id": digest}
+        return {"path": str(path.absolute()), "key_id": key_digest(path.read_bytes())}
     if path.is_file():
         return _file_identity(path)
     listing = sorted(
@@ -600,6 +605,9 @@ class OutputWriter:
     options: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     overwrite: bool = False
+    secret: bool = False
+    """The output holds a key: the manifest records keyed digests of its files, never their
+    plain SHA-256."""
     kind: str = field(default=DATASET, init=False)
     rows_rejected: int = field(default=0, init=False)
     _rejected: list[pa.RecordBatch] = field(default_factory=list, init=False)
@@ -661,10 +669,8 @@ class OutputWriter:
         out = {}
         for name, size in sorted(_data_files(data).items()):
             path = data if data.is_file() else data / name
-            out[self.out.name if data.is_file() else name] = {
-                "bytes": size,
-                "sha256": file_sha256(path),
-            }
+            digest = key_digest(path.read_bytes()) if self.secret else file_sha256(path)
+            out[self.out.name if data.is_file() else name] = {"bytes": size, "sha256": digest}
         return out
 
     def _extra(self) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,17 +35,19 @@ import pyarrow.parquet as pq
 
 from .. import _core
 from ..errors import ConfigError, InputError
-from ..io.dataset import DatasetWriter, check_dataset, check_inputs, check_output, side_file
-from ..io.sources import open_source, require_columns
-from ..pipeline.progress import progress_bar
-from .surrogate import check_secret, read_secret
+from ..io.dataset import check_dataset, side_file
+from ..pipeline.options import option
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import PATH, Context, Input, Stage
+from ..pipeline.stats import Stats
+from .secret import check_secret, read_secret
 
 __all__ = [
     "CANARIES_FILE",
     "CANARY_SCHEMA",
     "KINDS",
     "CanaryKind",
-    "canaries_command",
+    "CanariesStage",
     "candidate_indices",
     "candidates",
     "insert_canaries",
@@ -398,105 +399,182 @@ def insert_canaries(
     InputError
         A missing column, a one-shot stream, or a chosen note without text.
     """
-    check_secret(secret)
     n, repeats, kinds = _check_plan(n, repeats, kinds)
-    inputs = check_inputs(docs=docs)
-    check_output(out, overwrite, inputs)
-    src = open_source(docs, 4096)
-    require_columns(src.schema, ["doc_id", "patient_id", "text"], src.name)
-    if not src.reiterable:
-        raise InputError("the canaries stage reads its input three times: pass a dataset or table")
-
-    seen: set[str] = set()
-    with progress_bar("patients", total=src.num_rows, unit="documents", enabled=progress) as adv:
-        for b in src.batches(["patient_id"]):
-            seen.update(pc.unique(b.column(0).cast(pa.string())).drop_null().to_pylist())
-            adv(b.num_rows)
-    if n > len(seen):
-        raise ConfigError(
-            f"{n} canaries need {n} patients, one each; the documents have {len(seen)}: "
-            "ask for fewer canaries"
-        )
-    plan = _plan(secret, sorted(seen), n, repeats, kinds)
-    by_patient = {c.patient_id: c for c in plan}
-
-    # The chosen patients' notes, in order: (row in the input, doc_id).
-    notes: dict[str, list[tuple[int, Any]]] = {p: [] for p in by_patient}
-    chosen = pa.array(sorted(by_patient), pa.string())
-    row = 0
-    for b in src.batches(["patient_id", "doc_id"]):
-        pid = b.column(0).cast(pa.string())
-        hits = np.flatnonzero(pc.is_in(pid, value_set=chosen).to_numpy(zero_copy_only=False))
-        if hits.size:
-            idx = pa.array(hits)
-            pids = pid.take(idx).to_pylist()
-            dids = b.column(1).take(idx).to_pylist()
-            for h, p, d in zip(hits.tolist(), pids, dids, strict=True):
-                notes[p].append((row + h, d))
-        row += b.num_rows
-
-    appended: dict[int, list[str]] = {}
-    doc_ids: dict[str, list[Any]] = {}
-    for c in plan:
-        sentence = KINDS[c.kind].sentence(c.secret)
-        where = [notes[c.patient_id][k % len(notes[c.patient_id])] for k in range(c.repeats)]
-        for r, _ in where:
-            appended.setdefault(r, []).append("\n" + sentence)
-        doc_ids[c.canary_id] = [d for _, d in where]
-
-    doc_type = src.schema.field("doc_id").type
-    table = pa.table(
-        {
-            "canary_id": [c.canary_id for c in plan],
-            "patient_id": [c.patient_id for c in plan],
-            "kind": [c.kind for c in plan],
-            "secret": [c.secret for c in plan],
-            "prefix": [KINDS[c.kind].prefix for c in plan],
-            "suffix": [KINDS[c.kind].suffix for c in plan],
-            "repeats": pa.array([c.repeats for c in plan], pa.int32()),
-            "doc_ids": pa.array([doc_ids[c.canary_id] for c in plan], pa.list_(doc_type)),
-            "space": pa.array([KINDS[c.kind].space for c in plan], pa.int64()),
-        },
-        schema=pa.schema(
-            [f if f.name != "doc_ids" else f.with_type(pa.list_(doc_type)) for f in CANARY_SCHEMA]
-        ),
+    stage = CanariesStage(
+        CanariesOptions(n=n, repeats=",".join(map(str, repeats)), kinds=",".join(kinds)),
+        secret=secret,
     )
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
 
-    stats = {
-        "canaries": len(plan),
-        "insertions": sum(c.repeats for c in plan),
-        "patients": len(by_patient),
-        "corpus_patients": len(seen),
-        "notes_modified": len(appended),
-        "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
-        "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
-    }
-    options = {"n": n, "repeats": list(repeats), "kinds": list(kinds)}
-    text_at = src.schema.get_field_index("text")
-    with (
-        DatasetWriter(
-            Path(out),
-            src.schema,
-            stage="canaries",
-            inputs=inputs,
-            options=options,
-            overwrite=overwrite,
-        ) as writer,
-        progress_bar("canaries", total=src.num_rows, unit="documents", enabled=progress) as adv,
-    ):
-        writer.write_side(CANARIES_FILE, sink.getvalue().to_pybytes())
-        targets, row = np.asarray(sorted(appended), dtype=np.int64), 0
-        for b in src.batches(None):
-            lo, hi = np.searchsorted(targets, [row, row + b.num_rows])
-            rows = (targets[lo:hi] - row).tolist()
-            if rows:
-                b = _append(b, text_at, rows, [appended[row + r] for r in rows], row)
-            writer.write(b)
+
+@dataclass(frozen=True)
+class CanariesOptions:
+    """Options of ``phisieve canaries``."""
+
+    n: int = option(100, "Canaries in all.", flag="--n")
+    repeats: str = option("1,4,16", "Repetition counts, e.g. 1,4,16.")
+    kinds: str = option("name,date,mrn", "Secret kinds: name, date, mrn.")
+
+
+@dataclass
+class _Insertion:
+    """What the reduce of the canaries stage found: the text to append to each chosen note
+    (by row number in the input), the canaries' table, and the stats."""
+
+    appended: dict[int, list[str]]
+    targets: np.ndarray
+    table: pa.Table
+    stats: dict[str, Any]
+    row: int = 0
+
+
+class CanariesStage(Stage):
+    """``phisieve canaries``: canary sentences with random dummy-PHI secrets appended to
+    chosen patients' notes.
+
+    Reduce: the patients (the ``n`` with the smallest keyed draws receive a canary), then the
+    chosen patients' notes (round-robin targets of each canary's repeats). Map: the text of
+    each target note gets its canary sentences appended.
+    """
+
+    name = "canaries"
+    help = (
+        "Insert canary sentences carrying random dummy-PHI secrets into chosen patients' "
+        "notes (each repeated 1, 4, 16... times); `phisieve audit --canaries OUT` measures "
+        "their exposure."
+    )
+    Options = CanariesOptions
+    inputs = (
+        Input("docs", "The documents dataset.", positional=True,
+              columns=("doc_id", "patient_id", "text")),
+        Input("secret-file", "File holding the secret key.", kind=PATH, secret=True),
+    )  # fmt: skip
+    main = "docs"
+
+    def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
+        self.secret = secret
+        super().__init__(options, **values)
+
+    def plan(self) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
+        """The checked number of canaries, repeat counts and kinds."""
+        reps = []
+        for s in _parse_list("--repeats", self.options.repeats):
+            if not s.isdigit() or int(s) < 1:
+                raise ConfigError(
+                    f"--repeats takes positive whole numbers such as 1,4,16, not {s!r}"
+                )
+            reps.append(int(s))
+        kinds = tuple(_parse_list("--kinds", self.options.kinds))
+        return _check_plan(self.options.n, tuple(reps), kinds)
+
+    def check(self) -> None:
+        self.plan()
+        if self.secret is not None:
+            check_secret(self.secret)
+
+    def provided(self) -> set[str]:
+        return {"secret-file"} if self.secret is not None else set()
+
+    def recorded(self) -> dict[str, Any]:
+        n, repeats, kinds = self.plan()
+        return {"n": n, "repeats": list(repeats), "kinds": list(kinds)}
+
+    def open(self, ctx: Context) -> None:
+        if self.secret is None:
+            self.secret = read_secret(ctx.path("secret-file"), ctx.out)
+        ctx.reiterable("docs", "reads its input three times")
+
+    def schema(self, ctx: Context, state: _Insertion) -> pa.Schema:
+        return ctx.source("docs").schema
+
+    def reduce(self, ctx: Context) -> _Insertion:
+        assert self.secret is not None
+        n, repeats, kinds = self.plan()
+        src = ctx.source("docs")
+        seen: set[str] = set()
+        for b in ctx.scan("docs", ["patient_id"], "patients"):
+            seen.update(pc.unique(b.column(0).cast(pa.string())).drop_null().to_pylist())
+        if n > len(seen):
+            raise ConfigError(
+                f"{n} canaries need {n} patients, one each; the documents have {len(seen)}: "
+                "ask for fewer canaries"
+            )
+        plan = _plan(self.secret, sorted(seen), n, repeats, kinds)
+        by_patient = {c.patient_id: c for c in plan}
+
+        # The chosen patients' notes, in order: (row in the input, doc_id).
+        notes: dict[str, list[tuple[int, Any]]] = {p: [] for p in by_patient}
+        chosen = pa.array(sorted(by_patient), pa.string())
+        row = 0
+        for b in src.batches(["patient_id", "doc_id"]):
+            pid = b.column(0).cast(pa.string())
+            hits = np.flatnonzero(pc.is_in(pid, value_set=chosen).to_numpy(zero_copy_only=False))
+            if hits.size:
+                idx = pa.array(hits)
+                pids = pid.take(idx).to_pylist()
+                dids = b.column(1).take(idx).to_pylist()
+                for h, p, d in zip(hits.tolist(), pids, dids, strict=True):
+                    notes[p].append((row + h, d))
             row += b.num_rows
-            adv(b.num_rows)
-        return writer.close(**stats)
+
+        appended: dict[int, list[str]] = {}
+        doc_ids: dict[str, list[Any]] = {}
+        for c in plan:
+            sentence = KINDS[c.kind].sentence(c.secret)
+            mine = notes[c.patient_id]
+            where = [mine[k % len(mine)] for k in range(c.repeats)]
+            for r, _ in where:
+                appended.setdefault(r, []).append("\n" + sentence)
+            doc_ids[c.canary_id] = [d for _, d in where]
+
+        doc_type = src.schema.field("doc_id").type
+        table = pa.table(
+            {
+                "canary_id": [c.canary_id for c in plan],
+                "patient_id": [c.patient_id for c in plan],
+                "kind": [c.kind for c in plan],
+                "secret": [c.secret for c in plan],
+                "prefix": [KINDS[c.kind].prefix for c in plan],
+                "suffix": [KINDS[c.kind].suffix for c in plan],
+                "repeats": pa.array([c.repeats for c in plan], pa.int32()),
+                "doc_ids": pa.array([doc_ids[c.canary_id] for c in plan], pa.list_(doc_type)),
+                "space": pa.array([KINDS[c.kind].space for c in plan], pa.int64()),
+            },
+            schema=pa.schema(
+                [
+                    f if f.name != "doc_ids" else f.with_type(pa.list_(doc_type))
+                    for f in CANARY_SCHEMA
+                ]
+            ),
+        )
+        stats = {
+            "canaries": len(plan),
+            "insertions": sum(c.repeats for c in plan),
+            "patients": len(by_patient),
+            "corpus_patients": len(seen),
+            "notes_modified": len(appended),
+            "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
+            "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
+        }
+        targets = np.asarray(sorted(appended), dtype=np.int64)
+        return _Insertion(appended, targets, table, stats)
+
+    def map(self, batch: pa.RecordBatch, state: _Insertion, stats: Stats) -> pa.RecordBatch:
+        row = state.row
+        lo, hi = np.searchsorted(state.targets, [row, row + batch.num_rows])
+        rows = (state.targets[lo:hi] - row).tolist()
+        if rows:
+            text_at = batch.schema.get_field_index("text")
+            extra = [state.appended[row + r] for r in rows]
+            batch = _append(batch, text_at, rows, extra, row)
+        state.row += batch.num_rows
+        return batch
+
+    def finish(self, ctx: Context, state: _Insertion) -> None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(state.table, sink, compression="zstd")
+        ctx.writer.write_side(CANARIES_FILE, sink.getvalue().to_pybytes())
+        ctx.stats.update(state.stats)
 
 
 def _append(
@@ -544,48 +622,3 @@ def _parse_list(option: str, value: str) -> list[str]:
     if not items or any(not s for s in items):
         raise ConfigError(f"{option} takes a comma-separated list, not {value!r}")
     return items
-
-
-def canaries_command(
-    docs: Path,
-    out: Path,
-    n: int,
-    repeats: str,
-    kinds: str,
-    secret_file: Path,
-    overwrite: bool,
-    quiet: bool,
-) -> dict[str, Any]:
-    """``phisieve canaries``: parse the options, read the key and run :func:`insert_canaries`.
-
-    Parameters
-    ----------
-    repeats
-        Comma-separated repeat counts, e.g. ``"1,4,16"``.
-    kinds
-        Comma-separated kinds, e.g. ``"name,date,mrn"``.
-    secret_file
-        The key file (:func:`phisieve.phi.surrogate.read_secret`; refused inside ``out``).
-
-    Returns
-    -------
-    dict
-        The output's manifest.
-    """
-    reps = []
-    for s in _parse_list("--repeats", repeats):
-        if not s.isdigit() or int(s) < 1:
-            raise ConfigError(f"--repeats takes positive whole numbers such as 1,4,16, not {s!r}")
-        reps.append(int(s))
-    ks = tuple(_parse_list("--kinds", kinds))
-    secret = read_secret(secret_file, out)
-    return insert_canaries(
-        docs,
-        out,
-        secret,
-        n=n,
-        repeats=tuple(reps),
-        kinds=ks,
-        overwrite=overwrite,
-        progress=not quiet,
-    )

@@ -27,13 +27,10 @@ per surrogate (code-point ``start``/``end`` in the new text, ``label`` = the sur
 from __future__ import annotations
 
 import calendar
-import math
 import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,11 +39,14 @@ import pyarrow as pa
 
 from .. import _core
 from ..errors import ConfigError, InputError, MissingDependencyError
-from ..io.dataset import DatasetWriter, check_inputs, check_output
 from ..io.schema import SPAN, SPANS, spans_array
-from ..io.sources import open_source, require_columns
-from ..pipeline.progress import progress_bar
+from ..io.sources import require_columns
+from ..pipeline.options import option
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import PATH, Context, Input, Stage
+from ..pipeline.stats import Stats
 from .placeholders import find, sex_of
+from .secret import check_secret, read_secret
 
 __all__ = [
     "SPAN",
@@ -59,12 +59,6 @@ __all__ = [
 ]
 
 
-MIN_SECRET_BYTES = 32
-"""A secret shorter than this is refused (HMAC-SHA256 keys: the hash's 32-byte output)."""
-MIN_SECRET_BITS = 128
-"""The entropy a secret must show (:func:`check_secret`): the usual 128-bit security level."""
-KEY_COMMAND = 'python -c "import secrets; print(secrets.token_hex(32))" > KEY'
-"""A command that writes a good secret file (64 hex digits: 256 random bits, plain text)."""
 ANCHOR_YEARS = (1000, 2300)
 """Years that can anchor a patient's date shift (MIMIC writes 2100-2200)."""
 SHOWN_AFTER_PATIENTS = 2
@@ -134,104 +128,6 @@ _DATE_SHAPES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 _DATE_LIKE = r"^[0-9]{1,4}[-/][0-9]{1,4}([-/][0-9]{1,4})?$|^[0-9]{4}$"
 """Content that may have a date shape: a quick filter before :data:`_DATE_SHAPES`."""
-
-
-def read_secret(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> bytes:
-    """The secret key in ``path`` (its bytes, trailing whitespace removed).
-
-    Raises
-    ------
-    ConfigError
-        When the file is missing, lies inside ``out`` (the secret must never travel with the
-        output), or holds a weak secret (:func:`check_secret`). The message names the file
-        and gives the command that makes a good one (:data:`KEY_COMMAND`), never the secret.
-    """
-    path = Path(path)
-    if out is not None:
-        o, p = Path(out).resolve(), path.resolve()
-        if p == o or o in p.parents:
-            raise ConfigError(f"the secret file {path} lies inside the output {out}; keep it apart")
-    try:
-        secret = path.read_bytes().rstrip()
-    except OSError as e:
-        raise ConfigError(f"cannot read the secret file {path}: {e.strerror}") from None
-    check_secret(secret, where=f"in {path}")
-    return secret
-
-
-def check_secret(secret: bytes, where: str = "") -> None:
-    """Refuse a secret that is short or shows little entropy.
-
-    A good secret is random: 32 bytes from ``secrets.token_bytes(32)``, or the 64 hex digits
-    of :data:`KEY_COMMAND`. The check is a screen for obviously weak secrets (a word, a
-    repeated pattern, padding), not a proof of strength; it asks for all of:
-
-    * at least :data:`MIN_SECRET_BYTES` bytes;
-    * no repetition of a unit at most half as long (``deadbeef`` × 8, ``ab`` × 16);
-    * at least :data:`MIN_SECRET_BITS` bits of order-0 entropy (the Shannon entropy of the
-      byte frequencies times the length: what a memoryless model needs to write the secret
-      down), both of the bytes and of the differences between successive bytes (which
-      catches runs such as ``abcdef...`` and ``123456...``).
-
-    Random secrets clear the bar with room: 32 random bytes score about 150 bits (160 at
-    most; under 128 needs a dozen repeated bytes or differences, probability about 1e-8:
-    run the command again), 64 random hex digits about 240. A padded word scores 40-110,
-    ``a`` × 32 scores 0.
-
-    Parameters
-    ----------
-    secret
-        The key.
-    where
-        Where the secret came from, for the message (``in key.txt``).
-
-    Raises
-    ------
-    ConfigError
-        Saying what is wrong and how to make a good secret; never any of its bytes.
-    """
-    problem = _secret_problem(secret)
-    if problem is not None:
-        raise ConfigError(
-            f"the secret {where + ' ' if where else ''}{problem}; make a random one with "
-            f"`{KEY_COMMAND}` (or secrets.token_bytes(32) in Python)"
-        )
-
-
-def _secret_problem(secret: bytes) -> str | None:
-    """Why ``secret`` is weak (:func:`check_secret`), or None."""
-    if not isinstance(secret, (bytes, bytearray)):
-        return f"must be bytes, not {type(secret).__name__}"
-    n = len(secret)
-    if n < MIN_SECRET_BYTES:
-        return f"has {n} bytes; it needs at least {MIN_SECRET_BYTES} random bytes"
-    if 2 * _smallest_period(secret) <= n:
-        return "repeats a short pattern"
-    diffs = bytes((b - a) % 256 for a, b in pairwise(secret))
-    bits = min(_order0_bits(secret), _order0_bits(diffs))
-    if bits < MIN_SECRET_BITS:
-        return f"shows about {bits:.0f} bits of entropy; it needs at least {MIN_SECRET_BITS}"
-    return None
-
-
-def _order0_bits(data: bytes) -> float:
-    """Order-0 empirical entropy of ``data`` in bits: ``sum(-c * log2(c / n))`` over the
-    count ``c`` of each distinct byte."""
-    n = len(data)
-    return -sum(c * math.log2(c / n) for c in Counter(data).values())
-
-
-def _smallest_period(data: bytes) -> int:
-    """The smallest ``p`` with ``data[i] == data[i + p]`` for every ``i`` (KMP border)."""
-    border = [0] * len(data)
-    k = 0
-    for i in range(1, len(data)):
-        while k and data[i] != data[k]:
-            k = border[k - 1]
-        if data[i] == data[k]:
-            k += 1
-        border[i] = k
-    return len(data) - (border[-1] if data else 0)
 
 
 def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
@@ -874,7 +770,8 @@ def surrogate(
     overwrite: bool = False,
     report_unknown: bool = False,
 ) -> dict[str, Any]:
-    """Fill every placeholder of a ``documents`` dataset and write it with gold ``spans``.
+    """Fill every placeholder of a ``documents`` dataset and write it with gold ``spans``
+    (the ``surrogate`` stage, :class:`SurrogateStage`).
 
     Two passes: the first finds each patient's latest placeholder year (the anchor of the
     patient's date shift), the second fills and writes.
@@ -906,46 +803,106 @@ def surrogate(
         two patients use: :meth:`SurrogateFiller._unknown_report`), and the locale, Faker
         version and year range the mapping depends on.
     """
-    check_secret(secret)
-    inputs = check_inputs(docs=docs)
-    check_output(out, overwrite, inputs)
-    src = open_source(docs, 4096)
-    require_columns(src.schema, ["patient_id", "text"], src.name)
-    if not src.reiterable:
-        raise InputError("the surrogate stage reads its input twice: pass a dataset or a table")
-    filler = SurrogateFiller(
-        secret,
-        locale=locale,
-        keep_unfilled=keep_unfilled,
-        years=years,
-        report_unknown=report_unknown,
+    stage = SurrogateStage(
+        SurrogateOptions(
+            locale=locale,
+            keep_unfilled=keep_unfilled,
+            years=f"{years[0]}:{years[1]}",
+            report_unknown_categories=report_unknown,
+        ),
+        secret=secret,
     )
-    anchors = filler.anchors
-    with progress_bar("dates", total=src.num_rows, unit="documents", enabled=progress) as adv:
-        for b in src.batches(["patient_id", "text"]):
+    return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
+
+
+def parse_years(text: str) -> tuple[int, int]:
+    """``FIRST:LAST`` (e.g. ``2000:2020``) as a pair of years."""
+    try:
+        lo, hi = (int(y) for y in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"--years must be FIRST:LAST, e.g. 2000:2020, not {text!r}") from None
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class SurrogateOptions:
+    """Options of ``phisieve surrogate``."""
+
+    locale: str = option("en_US", "Faker locale of the surrogates.")
+    keep_unfilled: bool = option(
+        False, "Leave unknown categories and malformed markers in the text."
+    )
+    years: str = option("2000:2020", "FIRST:LAST: years each patient's latest date moves into.")
+    report_unknown_categories: bool = option(
+        False,
+        "Name, in the report and the manifest, the unknown categories that at least two "
+        "patients use (one patient's are only counted: they may be PHI). Without it unknown "
+        "categories are only counted.",
+        negatable=False,
+    )
+
+
+class SurrogateStage(Stage):
+    """``phisieve surrogate``: every placeholder filled with a keyed surrogate, gold spans added.
+
+    Reduce: each patient's latest placeholder year, the anchor of the patient's date shift
+    (:func:`date_anchors`). Map: :meth:`SurrogateFiller.fill` on each batch of documents.
+    """
+
+    name = "surrogate"
+    help = "Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."
+    Options = SurrogateOptions
+    inputs = (
+        Input("docs", "The documents dataset, with [** ... **].", positional=True,
+              columns=("patient_id", "text")),
+        Input(
+            "secret-file",
+            "File holding the secret key: random, >= 32 bytes (make one with `phisieve "
+            "keygen --out KEY`); kept apart.",
+            kind=PATH,
+            secret=True,
+        ),
+    )  # fmt: skip
+    main = "docs"
+
+    def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
+        self.secret = secret
+        super().__init__(options, **values)
+
+    def check(self) -> None:
+        parse_years(self.options.years)
+        if self.secret is not None:
+            check_secret(self.secret)
+
+    def provided(self) -> set[str]:
+        return {"secret-file"} if self.secret is not None else set()
+
+    def open(self, ctx: Context) -> None:
+        if self.secret is None:
+            self.secret = read_secret(ctx.path("secret-file"), ctx.out)
+        ctx.reiterable("docs", "reads its input twice")
+
+    def reduce(self, ctx: Context) -> SurrogateFiller:
+        assert self.secret is not None
+        filler = SurrogateFiller(
+            self.secret,
+            locale=self.options.locale,
+            keep_unfilled=self.options.keep_unfilled,
+            years=parse_years(self.options.years),
+            report_unknown=self.options.report_unknown_categories,
+        )
+        anchors = filler.anchors
+        for b in ctx.scan("docs", ["patient_id", "text"], "dates"):
             latest = date_anchors(find(b.column("text")), b.column("patient_id"))
             for p, y in latest.iter_rows():
                 anchors[p] = max(y, anchors.get(p, y))
-            adv(b.num_rows)
-    schema = src.schema.append(pa.field("spans", SPANS))
-    options = {
-        "locale": locale,
-        "keep_unfilled": keep_unfilled,
-        "years": list(years),
-        "report_unknown": report_unknown,
-    }
-    with (
-        DatasetWriter(
-            Path(out),
-            schema,
-            stage="surrogate",
-            inputs=inputs,
-            options=options,
-            overwrite=overwrite,
-        ) as writer,
-        progress_bar("surrogate", total=src.num_rows, unit="documents", enabled=progress) as adv,
-    ):
-        for b in src.batches(None):
-            writer.write(filler.fill(b))
-            adv(b.num_rows)
-        return writer.close(**filler.summary())
+        return filler
+
+    def schema(self, ctx: Context, state: SurrogateFiller) -> pa.Schema:
+        return ctx.source("docs").schema.append(pa.field("spans", SPANS))
+
+    def map(self, batch: pa.RecordBatch, state: SurrogateFiller, stats: Stats) -> Any:
+        return state.fill(batch)
+
+    def finish(self, ctx: Context, state: SurrogateFiller) -> None:
+        ctx.stats.update(state.summary())

@@ -79,7 +79,7 @@ def _resolve(stage: Stage, given: dict[str, Any]) -> tuple[dict[str, Any], dict[
         if port.many and value is not None and (_is_path(value) or not isinstance(value, list)):
             value = [value]
         if value is None or (port.many and not value):
-            if port.required:
+            if port.required and port.name not in stage.provided():
                 how = port.name.upper() if port.positional else f"--{port.name}"
                 raise ConfigError(f"{stage.name} needs its input {how}")
             values[port.name] = None
@@ -168,7 +168,7 @@ def run_stage(
     -------
     dict
         The output's manifest: the stage's stats beside ``stage``, ``options``, ``inputs``...
-        (for a folder of datasets, the stats and every part's manifest under ``parts``).
+        (for a folder of datasets, the stats and every part's manifest under ``outputs``).
     """
     if out is None:
         raise ConfigError(f"{stage.name} needs --out")
@@ -188,7 +188,7 @@ def run_stage(
     ctx = Context(stage, values, ids, out, progress, Stats())
     for port in stage.inputs:
         value = values[port.name]
-        if port.kind == DATASET and value is not None:
+        if port.kind == DATASET and value is not None and not port.many:
             src = open_source(value, stage.batch_rows)
             require(src, port.columns)
             ctx.values[port.name] = src
@@ -215,7 +215,7 @@ def run_stage(
         return _write_parts(stage, ctx, state, out, parts, common)
     if kind in (FOLDER, FILE):
         cls = FolderWriter if kind == FOLDER else FileWriter
-        with cls(out, **common) as writer:
+        with cls(out, **common, secret=stage.output.secret) as writer:
             ctx.writer = writer
             stage.build(ctx, writer.target)
             stage.finish(ctx, state)
@@ -244,8 +244,10 @@ def _write_parts(
             for name, batch in routed.items():
                 writers[name].write(batch)
         stage.finish(ctx, state)
-        manifests = {name: writers[name].close(**ctx.stats, part=name) for name in parts}
-    return {**ctx.stats, "stage": stage.name, "parts": manifests}
+        manifests = {
+            name: writers[name].close(**stage.part_stats(ctx.stats, name)) for name in parts
+        }
+    return {**ctx.stats, "stage": stage.name, "outputs": manifests}
 
 
 def _check_folder_of_datasets(out: Path, names: list[str]) -> None:

@@ -98,10 +98,12 @@ class Input:
 @dataclass(frozen=True)
 class Output:
     """The output of a stage: its kind (:data:`DATASET`, :data:`DATASETS`, :data:`FOLDER` or
-    :data:`FILE`) and a line for ``--help``."""
+    :data:`FILE`), a line for ``--help``, and whether it holds a key (its manifest then
+    records keyed digests of it, never plain hashes)."""
 
     kind: str = DATASET
     help: str = "Output folder."
+    secret: bool = False
 
 
 @dataclass
@@ -209,6 +211,11 @@ class Stage:
         the output."""
         return deciding(self.options)
 
+    def provided(self) -> set[str]:
+        """Inputs this stage was given another way (a key as bytes through the Python API):
+        the runner does not ask for them."""
+        return set()
+
     def settings(self) -> dict[str, Any]:
         """Options recorded apart, never compared (threads, budgets)."""
         return settings(self.options)
@@ -220,6 +227,10 @@ class Stage:
     def parts(self) -> list[str]:
         """The names of the datasets of a :data:`DATASETS` output."""
         raise NotImplementedError
+
+    def part_stats(self, stats: Stats, part: str) -> dict[str, Any]:
+        """The stats recorded in the manifest of one part of a :data:`DATASETS` output."""
+        return {**stats, "part": part}
 
     def schema(self, ctx: Context, state: Any) -> pa.Schema:
         """The schema of a dataset output."""
@@ -262,13 +273,6 @@ class Stage:
         """Fill a :data:`FOLDER` output (``target`` is an empty folder) or write a
         :data:`FILE` output (``target`` is the file to create)."""
         raise NotImplementedError
-
-    # -- reporting -------------------------------------------------------------------------
-
-    def summary(self, manifest: dict[str, Any], out: Path) -> list[Any]:
-        """What the command prints once the output is committed (rich renderables or
-        strings), from the manifest."""
-        return [f"written to {out}"]
 
 
 def _many(out: Any) -> Iterator[Any]:

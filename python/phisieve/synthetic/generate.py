@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import os
+import io
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
@@ -25,12 +26,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError, OutputExistsError
-from ..io.dataset import DatasetWriter, check_output
+from ..errors import ConfigError, InputError
 from ..io.schema import DOCUMENTS
-from ..pipeline.progress import progress_bar
+from ..pipeline.options import option
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import DATASET, FILE, Context, Output, Stage
 
-__all__ = ["SYNTH", "synth", "synth_batches"]
+__all__ = ["SYNTH", "SynthStage", "synth", "synth_batches"]
 
 SYNTH = pa.schema(
     [
@@ -1128,12 +1130,18 @@ def _csv_quote(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-def _write_mimic_csv(out: Path, rows: Iterator[tuple[int, list[tuple]]], tick: Any) -> dict:
-    tmp = out.with_name(f".{out.name}.tmp")
-    opener = gzip.open if out.suffix == ".gz" else open
+def _write_mimic_csv(
+    target: Path, rows: Iterator[tuple[int, list[tuple]]], tick: Any, name: str
+) -> dict[str, int]:
+    """Write the CSV to ``target``, gzipped when the output's ``name`` ends in ``.gz`` (the
+    gzip header names it, with no time: the file is a pure function of the rows)."""
+    gz = name.endswith(".gz")
     n_rows = n_tokens = n_patients = 0
-    try:
-        with opener(tmp, "wt", encoding="utf-8", newline="") as fh:
+    with open(target, "wb") as raw:
+        stream: Any = (
+            gzip.GzipFile(name.removesuffix(".gz"), "wb", fileobj=raw, mtime=0) if gz else raw
+        )
+        with io.TextIOWrapper(stream, encoding="utf-8", newline="") as fh:
             fh.write(",".join(f'"{c}"' for c in MIMIC_COLUMNS) + "\n")
             for i, notes in rows:
                 buf = []
@@ -1147,10 +1155,99 @@ def _write_mimic_csv(out: Path, rows: Iterator[tuple[int, list[tuple]]], tick: A
                 n_rows += len(notes)
                 n_patients += 1
                 tick(1)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return {"rows": n_rows, "patients": n_patients, "tokens": n_tokens, "path": str(out)}
+    return {"rows": n_rows, "patients": n_patients, "tokens": n_tokens}
+
+
+FORMATS = ("parquet", "mimic-csv")
+"""What ``synth`` writes: a documents dataset, or a NOTEEVENTS-style CSV file."""
+
+
+def parse_range(text: str, option: str) -> tuple[int, int]:
+    """``LO:HI`` as a pair of integers (``option`` names the option in the message)."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"{option} must be LO:HI, e.g. 2:8, not {text!r}") from None
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    """Options of ``phisieve synth``."""
+
+    patients: int = option(500, "Number of patients.")
+    seed: int = option(0, "Random seed; output is a pure function of it.")
+    fmt: str = option(
+        "parquet",
+        "parquet or mimic-csv (a NOTEEVENTS-style CSV file; .gz: gzipped).",
+        flag="--format",
+    )
+    notes_per_patient: str = option("2:8", "LO:HI notes per patient (at most 999).")
+    words_per_note: str = option("60:400", "LO:HI whitespace tokens per note.")
+
+
+class SynthStage(Stage):
+    """``phisieve synth``: a synthetic MIMIC-III-style corpus, a pure function of the seed.
+
+    No input; patient ``i``'s notes depend on ``(seed, i)`` only, generated patient by
+    patient (streaming: any size fits in memory).
+    """
+
+    name = "synth"
+    help = "Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."
+    Options = SynthOptions
+    output = Output(help="Output folder (or, with --format mimic-csv, the CSV file).")
+    unit = "patients"
+    rows_per_part = 100_000
+
+    def check(self) -> None:
+        o = self.options
+        if o.fmt not in FORMATS:
+            raise InputError(f"unknown synth format {o.fmt!r} (expected 'parquet' or 'mimic-csv')")
+        npp = parse_range(o.notes_per_patient, "--notes-per-patient")
+        wpn = parse_range(o.words_per_note, "--words-per-note")
+        _check(o.patients, o.seed, npp, wpn)
+
+    def output_kind(self) -> str:
+        return FILE if self.options.fmt == "mimic-csv" else DATASET
+
+    def _rows(self) -> Iterator[tuple[int, list[tuple]]]:
+        o = self.options
+        npp = parse_range(o.notes_per_patient, "--notes-per-patient")
+        wpn = parse_range(o.words_per_note, "--words-per-note")
+        return _rows(o.patients, o.seed, npp, wpn, 0)
+
+    def _stats(self, ctx: Context) -> None:
+        o = self.options
+        ctx.stats.update(
+            patients=o.patients,
+            seed=o.seed,
+            format=o.fmt,
+            notes_per_patient=list(parse_range(o.notes_per_patient, "")),
+            words_per_note=list(parse_range(o.words_per_note, "")),
+        )
+
+    def schema(self, ctx: Context, state: Any) -> pa.Schema:
+        return SYNTH
+
+    def batches(self, ctx: Context, state: Any) -> Iterator[pa.RecordBatch]:
+        self._stats(ctx)
+        ctx.stats["tokens"] = 0
+        with ctx.bar("synth", self.options.patients, "patients") as tick:
+
+            def counted() -> Iterator[tuple[int, list[tuple]]]:
+                for i, notes in self._rows():
+                    ctx.stats.add("tokens", sum(nt[9] for nt in notes))
+                    yield i, notes
+                    tick(1)
+
+            yield from _to_batches(counted(), 8192)
+
+    def build(self, ctx: Context, target: Path) -> None:
+        self._stats(ctx)
+        with ctx.bar("synth", self.options.patients, "patients") as tick:
+            made = _write_mimic_csv(target, self._rows(), tick, ctx.out.name)
+        ctx.stats.update(made)
 
 
 def synth(
@@ -1164,14 +1261,16 @@ def synth(
     progress: bool = False,
     overwrite: bool = False,
 ) -> dict:
-    """Write a synthetic MIMIC-III-style corpus to disk (streaming; any size fits in memory).
+    """Write a synthetic MIMIC-III-style corpus to disk (the ``synth`` stage,
+    :class:`SynthStage`; streaming: any size fits in memory).
 
     Parameters
     ----------
     out
         With ``fmt="parquet"``, the output folder of a documents dataset (schema
         :data:`SYNTH`; its manifest is in ``out.meta/``). With ``fmt="mimic-csv"``, the path
-        of a NOTEEVENTS-style CSV file, gzip-compressed if it ends in ``.gz``.
+        of a NOTEEVENTS-style CSV file, gzip-compressed if it ends in ``.gz`` (its manifest
+        in ``out.meta/`` too).
     patients, seed, notes_per_patient, words_per_note
         As in :func:`synth_batches`.
     fmt
@@ -1188,43 +1287,21 @@ def synth(
     -------
     dict
         The manifest: ``rows``, ``patients``, ``tokens`` (whitespace tokens), ``seed``,
-        ``format`` and, for parquet, the dataset writer's ``parts`` and ``rejected``.
+        ``format``, and for parquet the dataset's ``parts`` and ``rejected``.
 
     Raises
     ------
     InputError
         If ``fmt`` is unknown or an argument is out of range.
     """
-    if fmt not in ("parquet", "mimic-csv"):
+    if fmt not in FORMATS:
         raise InputError(f"unknown synth format {fmt!r} (expected 'parquet' or 'mimic-csv')")
     _check(patients, seed, notes_per_patient, words_per_note)
-    out = Path(out)
-    if fmt == "parquet":
-        check_output(out, overwrite)
-    elif out.exists() and not overwrite:
-        raise OutputExistsError(out)
-    stats = {
-        "patients": patients,
-        "seed": seed,
-        "format": fmt,
-        "notes_per_patient": list(notes_per_patient),
-        "words_per_note": list(words_per_note),
-    }
-    with progress_bar("synth", total=patients, unit="patients", enabled=progress) as tick:
-        rows = _rows(patients, seed, notes_per_patient, words_per_note, 0)
-        if fmt == "mimic-csv":
-            out.parent.mkdir(parents=True, exist_ok=True)
-            return {**_write_mimic_csv(out, rows, tick), **stats}
-        n_tokens = 0
-
-        def counted() -> Iterator[tuple[int, list[tuple]]]:
-            nonlocal n_tokens
-            for i, notes in rows:
-                n_tokens += sum(nt[9] for nt in notes)
-                yield i, notes
-                tick(1)
-
-        with DatasetWriter(out, SYNTH, stage="synth", options=stats, overwrite=overwrite) as writer:
-            for batch in _to_batches(counted(), 8192):
-                writer.write(batch)
-            return writer.close(tokens=n_tokens, **stats)
+    stage = SynthStage(
+        patients=patients,
+        seed=seed,
+        fmt=fmt,
+        notes_per_patient=f"{notes_per_patient[0]}:{notes_per_patient[1]}",
+        words_per_note=f"{words_per_note[0]}:{words_per_note[1]}",
+    )
+    return run_stage(stage, {}, out, overwrite=overwrite, progress=progress)

@@ -11,20 +11,24 @@ from .._lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        name: ".build"
-        for name in (
-            "IndexReport",
-            "index",
-            "mark_direct",
-            "marker",
-            "merge_terms",
-            "parse_size",
-            "protected_share",
-            "read_terms",
-            "term_stats",
-            "terms_options",
-            "with_terms_options",
-            "write_index",
-        )
+        **{
+            name: ".build"
+            for name in (
+                "IndexReport",
+                "index",
+                "mark_direct",
+                "marker",
+                "merge_terms",
+                "parse_size",
+                "protected_share",
+                "read_terms",
+                "term_stats",
+                "terms_options",
+                "with_terms_options",
+            )
+        },
+        "IndexStage": ".stage",
+        "MergeStage": ".stage",
+        "write_index": ".stage",
     },
 )

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from .. import _core
 from ..errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
-from ..io.dataset import DatasetWriter, check_inputs, check_output, dataset_files
+from ..io.dataset import dataset_files
 from ..io.sources import BatchSource, open_source, require_columns, string_array
 from ..pipeline.progress import progress_bar
 from ..protection.scope import (
@@ -627,90 +627,6 @@ def protected_share(
         "all": prot_all / words if words else 0.0,
         "minimal": prot_min / words if words else 0.0,
     }
-
-
-def write_index(
-    source: Any,
-    out: str | Path,
-    *,
-    k: int = 2,
-    ngram: int = 1,
-    normalize: str = "nfkc_lower",
-    patient_col: str = "patient_id",
-    text_col: str = "text",
-    memory_budget: int | str | None = None,
-    threads: int = 0,
-    batch_size: int = 16_384,
-    policy_stats: bool = True,
-    progress: bool = False,
-    spans: str | Path | None = None,
-    direct_scope: str = DEFAULT_SCOPE,
-    min_share: float = DEFAULT_MIN_SHARE,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
-    ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
-    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics.
-
-    The inputs and the output are checked before the work starts; an existing ``out`` is
-    replaced (atomically, side files included) only with ``overwrite``.
-    """
-    inputs = check_inputs(docs=source, spans=spans)
-    check_output(out, overwrite, inputs)
-    report = IndexReport()
-    terms = index(
-        source,
-        k=k,
-        ngram=ngram,
-        normalize=normalize,
-        patient_col=patient_col,
-        text_col=text_col,
-        memory_budget=memory_budget,
-        threads=threads,
-        batch_size=batch_size,
-        progress=progress,
-        report=report,
-        spans=spans,
-        direct_scope=direct_scope,
-        min_share=min_share,
-    )
-    stats = term_stats(terms, k=k, patient_ids=report.patient_ids, tokens=report.tokens)
-    stats.update(
-        direct_terms=int(pc.sum(terms.column("direct")).as_py() or 0),
-        documents=report.documents,
-        ngram=ngram,
-        normalize=normalize,
-        passes=report.passes,
-        partitions=report.partitions,
-        sorted_input=report.sorted_input,
-        peak_index_bytes=report.peak_index_bytes,
-    )
-    if policy_stats:
-        stats["protected_share"] = protected_share(
-            source,
-            terms,
-            normalize=normalize,
-            text_col=text_col,
-            batch_size=batch_size,
-            progress=progress,
-            memory_budget=memory_budget,
-        )
-    options = terms_options(terms)
-    with DatasetWriter(
-        Path(out),
-        terms.schema,
-        stage="index",
-        inputs=inputs,
-        options={**options, "memory_budget": memory_budget, "batch_size": batch_size},
-        overwrite=overwrite,
-        rows_per_part=1_000_000,
-    ) as writer:
-        writer.write(terms)
-        indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
-        writer.write_side("blacklist.txt", "".join(t + "\n" for t in indirect))
-        writer.write_side("stats.json", json.dumps(stats, indent=2))
-        writer.close(**options)
-    return stats
 
 
 def read_terms(path: str | Path) -> pa.Table:
