@@ -39,9 +39,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from phisieve import read_documents
-    from phisieve.detect.run import detect, evaluate
     from phisieve.detect.recognizers.presidio import PresidioRecognizer
-    from phisieve.phi.gold import read_physionet_gold
+    from phisieve.detect.run import detect, evaluate
+    from phisieve.io.physionet import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(corpus() / "id.text")])
     if args.notes:

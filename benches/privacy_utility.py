@@ -52,8 +52,8 @@ from phisieve.corpus.split import split as split_patients
 from phisieve.detect.run import write_spans
 from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
+from phisieve.io.physionet import read_physionet_gold
 from phisieve.io.sources import write_dataset
-from phisieve.phi.gold import read_physionet_gold
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}

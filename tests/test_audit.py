@@ -176,7 +176,7 @@ def canary_docs(tmp_path_factory) -> Path:
 
 
 def test_a_canary_the_model_ranks_first_has_exposure_log2_of_its_space(canary_docs, minilm):
-    from phisieve.encode.stage import load_tokenizer
+    from phisieve.encode.tokenizer import load_tokenizer
 
     tok = load_tokenizer(minilm)
     table = can.read_canaries(canary_docs).to_pylist()

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from phisieve.errors import ConfigError, PhisieveError, InputError
+from phisieve.errors import ConfigError, InputError, PhisieveError
 from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
 from phisieve.io.schema import SPANS
 from phisieve.phi.canaries import (

@@ -9,10 +9,11 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.detect.run import detect, evaluate, read_word_list
-from phisieve.detect.cv import cross_validate, folds, read_physionet_folder, summarise
+from phisieve.detect.cv import cross_validate, folds, summarise
 from phisieve.detect.learnt import learn_deny_list, write_word_list
+from phisieve.detect.run import detect, evaluate, read_word_list
 from phisieve.errors import ConfigError
+from phisieve.io.physionet import read_physionet
 from phisieve.io.schema import spans_array
 
 
@@ -204,7 +205,7 @@ def test_detect_eval_cv_command(tmp_path, capsys):
         )
     folder = tmp_path / "deid"
     write_physionet(folder, notes)
-    _, gold = read_physionet_folder(folder)
+    _, gold = read_physionet(folder)
     assert [s[0]["label"] for s in gold.column("spans").to_pylist()] == ["HCPName"] * 6
     out = tmp_path / "cv.json"
     main(["detect-eval", "--corpus", str(folder), "--cv", "3", "--json", str(out), "-q"])

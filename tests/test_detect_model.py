@@ -10,16 +10,10 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
+from phisieve.detect.labels import CATEGORIES, LABELS, category
+from phisieve.detect.recognizers.model import ModelRecognizer
 from phisieve.detect.run import detect, evaluate
-from phisieve.detect.recognizers.model import (
-    CATEGORIES,
-    LABELS,
-    ModelRecognizer,
-    category,
-    read_annotated,
-    token_labels,
-    train_recognizer,
-)
+from phisieve.detect.train import read_annotated, token_labels, train_recognizer
 from phisieve.errors import ConfigError, OutputExistsError
 from phisieve.io.sources import write_dataset
 from phisieve.phi.placeholders import KINDS
@@ -276,7 +270,7 @@ def test_cross_validation_trains_one_model_per_fold(
         name = rng.choice(SURNAMES + HELD_OUT)
         notes.append((f"p{i % 6}", rng.choice(TEMPLATES).format(n=name), [(name, "HCPName")]))
     documents, gold = annotated(notes)
-    import phisieve.detect.recognizers.model as model_module
+    import phisieve.detect.train as model_module
 
     trained_on: list[set[str]] = []
     original = model_module.train_recognizer

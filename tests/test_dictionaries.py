@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from phisieve.detect.recognizers import dictionaries
-from phisieve.detect.run import detect
 from phisieve.detect.recognizers.stanza import LABELS, doc_spans, download_command
+from phisieve.detect.run import detect
 from phisieve.errors import ConfigError
 
 

@@ -227,7 +227,8 @@ def test_no_sequence_without_a_word(minilm):
 def test_tokenizer_read_without_transformers_matches_transformers(minilm, bpe_tokenizer):
     """encode reads a tokenizer folder or file with the tokenizers library alone; what it
     reads is what transformers reads."""
-    from phisieve.encode.stage import SpecialTokens, _open_tokenizer
+    from phisieve.encode.tokenizer import SpecialTokens
+    from phisieve.encode.tokenizer import open_tokenizer as _open_tokenizer
 
     text = "Pt seen 12/03/2091 by Dr. Smith-Jones; BP 120/80 -- résumé naïve."
     for path in (minilm, minilm / "tokenizer.json", bpe_tokenizer):
@@ -297,14 +298,14 @@ def test_long_notes_are_tokenised_by_pieces_with_the_same_tokens(
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
     from tokenizers.models import WordLevel
 
-    from phisieve.encode import stage
+    from phisieve.encode import tokenizer as stage
 
     texts = read(physionet_docs)["text"].to_pylist()[:40]
     texts += ["  lead  and\n\ntrail  ", "", "x", "a" * 300 + " b", "été 中文 text   end "]
     texts.append(" ".join(texts))  # one long note
     monkeypatch.setattr(stage, "PIECE_CHARS", 97)
     for path in (minilm, bpe_tokenizer):
-        backend = copy.deepcopy(stage._open_tokenizer(path).backend_tokenizer)
+        backend = copy.deepcopy(stage.open_tokenizer(path).backend_tokenizer)
         backend.no_truncation()
         backend.no_padding()
         assert stage._splittable(backend)
@@ -339,7 +340,7 @@ def test_special_token_text_in_a_note_is_plain_text(minilm, loader):
     """A note that writes "[SEP]", "[CLS]" or "[MASK]" gets the word pieces of those
     characters: the only special ids in a sequence are the ones encode adds."""
     from phisieve.encode import encode_batches
-    from phisieve.encode.stage import _open_tokenizer
+    from phisieve.encode.tokenizer import open_tokenizer as _open_tokenizer
 
     tok = _open_tokenizer(minilm) if loader == "phisieve" else load_tokenizer(minilm)
     docs = pa.table(

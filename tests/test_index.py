@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phisieve
-from phisieve.term_index import build as term_index
 from phisieve.cli import main
 from phisieve.io.dataset import side_file
 from phisieve.io.sources import parquet_files
+from phisieve.term_index import build as term_index
 
 from . import reference
 

@@ -23,12 +23,11 @@ from phisieve import _core
 from phisieve.cli import main
 from phisieve.errors import ConfigError, InputError
 from phisieve.io.dataset import read_manifest, side_file
+from phisieve.io.physionet import PHYSIONET_LABELS, read_physionet_gold
 from phisieve.phi.gold import (
     CATEGORY_OF_KIND,
-    PHYSIONET_LABELS,
     placeholder_text,
     placeholders,
-    read_physionet_gold,
     to_placeholders,
 )
 from phisieve.phi.placeholders import KINDS, find

@@ -10,6 +10,7 @@ import torch
 
 from phisieve.cli import main
 from phisieve.encode import encode
+from phisieve.io.dataset import read_manifest, side_file
 from phisieve.training.loaders import MaskedBatches
 from phisieve.training.loop import DPConfig, TrainConfig, load_model, train
 
@@ -65,18 +66,21 @@ def test_minilm_loss_decreases(objective, minilm, encoded_bert, pseudo_bert, tmp
     data = pseudo_bert if objective == "mlma" else encoded_bert
     model = load_model(minilm, causal=False)
     before = eval_loss(model, data, objective)
+    out = tmp_path / "model"
     s = train(
         data,
         model,
-        tmp_path,
+        out,
         TrainConfig(objective=objective, batch_size=8, max_steps=8, learning_rate=2e-4, pad_to=8),
     )
     after = eval_loss(model, data, objective)
     assert s["steps"] == 8 and s["objective"] == objective
     assert after < before - 0.5, (before, after)
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    # The model folder holds the model; the log and the summary are beside it.
+    lines = side_file(out, "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == list(range(1, 9))
-    assert (tmp_path / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists() and not (out / "metrics.jsonl").exists()
+    assert read_manifest(out)["kind"] == "folder"
 
 
 @pytest.mark.parametrize("objective", ["ppclm", "clm", "clma", "dpp", "ipp"])
@@ -88,7 +92,7 @@ def test_tiny_gpt2_loss_decreases(objective, tiny_gpt2, encoded_gpt, pseudo_gpt,
     s = train(
         data,
         model,
-        tmp_path,
+        tmp_path / "model",
         TrainConfig(
             objective=objective,
             batch_size=8,
@@ -111,7 +115,7 @@ def test_dp_sgd_runs_and_reports_epsilon(minilm, encoded_bert, tmp_path):
         pad_to=8,
         dp=DPConfig(noise_multiplier=1.0, max_per_patient=5),
     )
-    s = train(encoded_bert, minilm, tmp_path, cfg)
+    s = train(encoded_bert, minilm, tmp_path / "model", cfg)
     dp = s["dp"]
     assert 0 < dp["epsilon"] < 10
     assert dp["max_per_patient"] == 5 and dp["sequences"] <= 5 * 82
@@ -166,4 +170,4 @@ def test_cli_encode_and_train(
     )
     out = capsys.readouterr().out
     assert "ppclm: 2 steps on cpu" in out
-    assert json.loads((tmp_path / "m" / "train.json").read_text())["steps"] == 2
+    assert json.loads(side_file(tmp_path / "m", "train.json").read_text())["steps"] == 2

@@ -317,11 +317,11 @@ def test_untie_output_gpt2(tiny_data, tmp_path):
     batch = {"input_ids": torch.tensor([[CLS, 5, 6, 7, SEP]])}
     model.eval()
     before = model(**batch).logits
-    s = train(tiny_data, model, tmp_path, tiny_config(objective="ppclm", untie_output=True))
+    s = train(tiny_data, model, tmp_path / "m", tiny_config(objective="ppclm", untie_output=True))
     assert s["objective"] == "ppclm" and s["output_untied"] is True
     inp, out = embeddings(model)
     assert not torch.equal(inp, out)
-    again = load_model(tmp_path, causal=True)
+    again = load_model(tmp_path / "m", causal=True)
     assert again.get_output_embeddings().weight is not again.get_input_embeddings().weight
     assert torch.equal(again.get_output_embeddings().weight, out)
     assert torch.equal(again.get_input_embeddings().weight, inp)
@@ -331,10 +331,10 @@ def test_untie_output_gpt2(tiny_data, tmp_path):
 
 def test_untie_output_is_refused_under_dp(tiny_data, tmp_path):
     with pytest.raises(ConfigError, match="DP-SGD"):
-        train(tiny_data, tiny_bert(), tmp_path, tiny_config(untie_output=True, dp=DPConfig()))
+        train(tiny_data, tiny_bert(), tmp_path / "a", tiny_config(untie_output=True, dp=DPConfig()))
     with pytest.raises(ConfigError, match="protects nothing"):
         config = tiny_config(objective="mlm", masking={"hide_protected_input": True})
-        train(tiny_data, tiny_bert(), tmp_path, config)
+        train(tiny_data, tiny_bert(), tmp_path / "b", config)
 
 
 def test_untying_changes_no_output_and_is_idempotent():

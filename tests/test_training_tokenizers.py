@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phisieve.encode.stage import SpecialTokens, load_tokenizer
+from phisieve.encode.tokenizer import SpecialTokens, load_tokenizer
 from phisieve.training.tokenizers import train_bpe, train_wordpiece
 
 LINES = [

@@ -10,27 +10,46 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .audit.run import AuditCompareStage, AuditStage
+from .corpus.ingest import IngestStage
 from .corpus.split import SplitStage
+from .detect.learnt import LearnDenyStage
 from .detect.run import DetectStage
+from .detect.train import DetectTrainStage
+from .encode.stage import EncodeStage
 from .phi.canaries import CanariesStage
+from .phi.gold import PlaceholdersStage
 from .phi.secret import KeygenStage
 from .phi.surrogate import SurrogateStage
 from .pipeline import config, execute
 from .pipeline.stage import Stage
 from .synthetic.generate import SynthStage
 from .term_index.stage import IndexStage, MergeStage
+from .training.loop import TrainStage
+from .training.model_init import InitModelStage
+from .training.tokenizers import TokenizerStage
 
 STAGES: dict[str, type[Stage]] = {
     cls.name: cls
     for cls in (
         KeygenStage,
         SynthStage,
+        IngestStage,
         SurrogateStage,
+        PlaceholdersStage,
         CanariesStage,
         DetectStage,
+        DetectTrainStage,
+        LearnDenyStage,
         IndexStage,
         MergeStage,
         SplitStage,
+        TokenizerStage,
+        EncodeStage,
+        InitModelStage,
+        TrainStage,
+        AuditStage,
+        AuditCompareStage,
     )
 }
 """Every stage, by the name its command and pipeline files use."""

@@ -40,7 +40,6 @@ import math
 import os
 import platform
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -52,9 +51,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..encode import read_encoding
-from ..errors import ConfigError, InputError, MissingDependencyError, OutputExistsError
-from ..io.dataset import check_dataset, dataset_files, dataset_identity, read_manifest
+from ..errors import ConfigError, InputError, MissingDependencyError
+from ..io.dataset import FolderWriter, check_dataset, dataset_files, dataset_identity, side_file
+from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from . import metrics
 from .scoring import Occurrence, Scorer, Sequences, sample, word_occurrences
 
@@ -124,7 +126,9 @@ def _fingerprint(path: Path) -> str:
 def _model_info(path: Path, causal: bool, label: str | None) -> dict[str, Any]:
     conf = json.loads((path / "config.json").read_text(encoding="utf-8"))
     objective = None
-    train_json = path / "train.json"
+    train_json = side_file(path, "train.json")
+    if not train_json.is_file():  # a model trained before train.json moved beside it
+        train_json = path / "train.json"
     if train_json.is_file():
         objective = json.loads(train_json.read_text(encoding="utf-8")).get("objective")
     return {
@@ -144,7 +148,7 @@ def _load(path: Path, causal: bool) -> Any:
 
 
 def _tokenizer(tokenizer: str | Path | None, model: Path, encoding: dict[str, Any]) -> Any:
-    from ..encode.stage import load_tokenizer
+    from ..encode.tokenizer import load_tokenizer
 
     if tokenizer is None:
         if (model / "tokenizer.json").is_file() or (model / "vocab.txt").is_file():
@@ -658,7 +662,8 @@ def audit(
     overwrite: bool = False,
     progress: bool = False,
 ) -> AuditResult:
-    """Audit a trained masked or causal LM for leakage of its training patients.
+    """Audit a trained masked or causal LM for leakage of its training patients (the
+    ``audit`` stage, :class:`AuditStage`, when ``out`` is given).
 
     Parameters
     ----------
@@ -681,8 +686,9 @@ def audit(
         The tokenizer the data was encoded with (default: the model folder's, else the one
         recorded in the encoding).
     out
-        Report folder: ``audit.json`` and ``index.html``, written atomically; an existing one
-        is replaced only with ``overwrite``.
+        Report folder: ``audit.json`` and ``index.html``, written atomically through the
+        output contract (the time each step took is in its manifest); an existing one is
+        replaced only with ``overwrite``. ``None``: nothing is written.
     max_identifiers, utility_words, name_slots, generation_prompts
         Caps on identifier occurrences per side, non-identifier words, name slots and prompts
         (chosen by keyed hash of ``seed``; ``None``: all identifiers).
@@ -699,14 +705,96 @@ def audit(
     AuditResult
         ``data`` as written to ``audit.json``.
     """
+    options = AuditOptions(
+        device=device,
+        batch_size=batch_size,
+        seed=seed,
+        max_identifiers=max_identifiers or 0,
+        utility_words=utility_words,
+        mlm_rounds=mlm_rounds,
+        n_boot=n_boot,
+        generation_prompts=generation_prompts,
+        name_slots=name_slots,
+        name_candidates=name_candidates,
+        canary_samples=canary_samples,
+        show_identifiers=show_identifiers,
+        label=label,
+    )
+    inputs = {
+        "model": model,
+        "members": members,
+        "non-members": non_members,
+        "reference-model": reference_model,
+        "canaries": canaries,
+        "docs": docs,
+        "spans": spans,
+        "tokenizer": tokenizer,
+    }
+    if out is None:
+        data, _ = measure(**{k.replace("-", "_"): v for k, v in inputs.items()}, options=options,
+                          progress=progress)  # fmt: skip
+        return AuditResult(data, None)
+    run_stage(AuditStage(options), inputs, out, overwrite=overwrite, progress=progress)
+    return AuditResult(read_audit(out), Path(out))
+
+
+def measure(
+    model: str | Path,
+    members: str | Path,
+    non_members: str | Path,
+    *,
+    reference_model: str | Path | None = None,
+    canaries: str | Path | None = None,
+    docs: str | Path | None = None,
+    spans: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    options: AuditOptions,
+    progress: bool = False,
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """The audit's measures (:func:`audit`): the content of ``audit.json``, and the seconds
+    each step took."""
+    o = options
+    return _measure(
+        model, members, non_members, reference_model=reference_model, canaries=canaries,
+        docs=docs, spans=spans, tokenizer=tokenizer, device=o.device, batch_size=o.batch_size,
+        seed=o.seed, max_identifiers=o.max_identifiers or None, utility_words=o.utility_words,
+        mlm_rounds=o.mlm_rounds, n_boot=o.n_boot, generation_prompts=o.generation_prompts,
+        name_slots=o.name_slots, name_candidates=o.name_candidates,
+        canary_samples=o.canary_samples, show_identifiers=o.show_identifiers, label=o.label,
+        progress=progress,
+    )  # fmt: skip
+
+
+def _measure(
+    model: str | Path,
+    members: str | Path,
+    non_members: str | Path,
+    *,
+    reference_model: str | Path | None = None,
+    canaries: str | Path | None = None,
+    docs: str | Path | None = None,
+    spans: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    device: str = "auto",
+    batch_size: int = 32,
+    seed: int = 0,
+    max_identifiers: int | None = 20_000,
+    utility_words: int = 5_000,
+    mlm_rounds: int = 1,
+    n_boot: int = 1_000,
+    generation_prompts: int = 64,
+    name_slots: int = 200,
+    name_candidates: int = 1_000,
+    canary_samples: int = 1_000,
+    show_identifiers: bool = False,
+    label: str | None = None,
+    progress: bool = False,
+) -> tuple[dict[str, Any], dict[str, float]]:
     try:
         import torch  # noqa: F401
     except ImportError as e:
         raise MissingDependencyError("torch", "torch") from e
     model, members, non_members = Path(model), Path(members), Path(non_members)
-    outp = Path(out) if out is not None else None
-    if outp is not None and outp.exists() and not overwrite:
-        raise OutputExistsError(outp)
     for p in (members, non_members):
         check_dataset(p)
     enc_m, enc_n = read_encoding(members), read_encoding(non_members)
@@ -870,7 +958,7 @@ def audit(
         lap("inversion_and_canaries")
     data: dict[str, Any] = {
         "schema": SCHEMA,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _created(),
         "phisieve_version": _versions().get("phisieve"),
         "versions": _versions(),
         "config": config,
@@ -887,23 +975,29 @@ def audit(
         "generation": generation,
         "inversion": inversion,
         "canaries": canary_result,
-        "seconds": timings,
     }
     data["verdict"] = _verdict(data, info["objective"])
     data["notes"] = _notes(info["objective"])
-    data = _jsonable(data)
-    result = AuditResult(data, None)
-    if outp is not None:
-        result.path = write_report(data, outp, overwrite=overwrite)
-    return result
+    return _jsonable(data), timings
+
+
+def _created() -> str:
+    """When the audit ran (UTC, to the second), or the time ``SOURCE_DATE_EPOCH`` sets: the
+    reproducible-builds convention, so that a report can be rebuilt byte for byte."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (
+        _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+        if epoch and epoch.isdigit()
+        else _dt.datetime.now(_dt.timezone.utc)
+    )
+    return when.isoformat(timespec="seconds")
 
 
 def _data_info(path: Path, seqs: Sequences) -> dict[str, Any]:
     ident = dataset_identity(path)
     return {
         "path": ident["path"],
-        "fingerprint": ident.get("marker_sha256"),
-        "write_id": read_manifest(path).get("write_id"),
+        "fingerprint": ident.get("fingerprint"),
         "patients": len(set(seqs.patients.tolist())),
         "sequences": len(seqs),
     }
@@ -1013,29 +1107,20 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_report(data: dict[str, Any], out: Path, *, overwrite: bool = False) -> Path:
-    """Write ``audit.json`` and ``index.html`` into ``out`` atomically (a hidden sibling
-    folder renamed into place; an existing report is replaced only with ``overwrite``)."""
+    """Write ``audit.json`` and ``index.html`` into ``out`` atomically, through the output
+    contract (an existing report is replaced only with ``overwrite``)."""
+    with FolderWriter(Path(out), stage="audit", overwrite=overwrite) as writer:
+        render_files(data, writer.target)
+        writer.close()
+    return Path(out)
+
+
+def render_files(data: dict[str, Any], folder: Path) -> None:
+    """``audit.json`` and ``index.html`` of ``data`` into ``folder``."""
     from .report import render_report
 
-    if out.exists() and not overwrite:
-        raise OutputExistsError(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        (tmp / "audit.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-        render_report(data, tmp)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            if not out.is_dir() or out.is_symlink():
-                raise ConfigError(f"{out} is not a report folder")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    (folder / "audit.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    render_report(data, folder)
 
 
 def read_audit(path: str | Path) -> dict[str, Any]:
@@ -1048,3 +1133,86 @@ def read_audit(path: str | Path) -> dict[str, Any]:
     if data.get("schema") != SCHEMA:
         raise InputError(f"not a {SCHEMA} report", path=f)
     return data
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """Options of ``phisieve audit``."""
+
+    device: str = option("auto", "auto, cpu, cuda...")
+    batch_size: int = option(32, "Sequences per forward pass.")
+    seed: int = option(0, "Seed of masks, samples and bootstrap.")
+    max_identifiers: int = option(20_000, "Identifier occurrences scored per side (0: all).")
+    utility_words: int = option(5000, "Non-identifier words of non-members scored for utility.")
+    mlm_rounds: int = option(1, "Masked LMs: rounds of 15% masks per sequence (membership).")
+    n_boot: int = option(1000, "Bootstrap resamples over patients.")
+    generation_prompts: int = option(64, "Causal LMs: prompts of free generation.")
+    name_slots: int = option(200, "Name slots of the model inversion.")
+    name_candidates: int = option(1000, "First and last name candidates of the inversion.")
+    canary_samples: int = option(1000, "Candidates a canary's rank is estimated on.")
+    show_identifiers: bool = option(False, "Show the text of the most recovered identifiers.")
+    label: str | None = option(None, "Model name shown in reports.")
+
+
+class AuditStage(Stage):
+    """``phisieve audit``: the privacy audit of a trained model (:func:`audit`); the output
+    folder holds ``audit.json`` and ``index.html``."""
+
+    name = "audit"
+    help = "Audit a trained model for leakage of its patients (OUT/audit.json, OUT/index.html)."
+    Options = AuditOptions
+    inputs = (
+        Input("model", "The trained model folder.", kind=PATH),
+        Input("members", "Encoded dataset of the model's training patients."),
+        Input("non-members", "Encoded dataset of patients it never saw."),
+        Input("reference-model", "Same architecture trained on the reference split.",
+              kind=PATH, required=False),
+        Input("canaries", "`phisieve canaries` output the model trained on.", required=False),
+        Input("docs", "Members' documents (model inversion of name slots).", required=False),
+        Input("spans", "Name spans of --docs (default: its spans column).", required=False),
+        Input("tokenizer", "Tokenizer the data was encoded with.", kind=PATH, required=False),
+    )  # fmt: skip
+    output = Output(FOLDER, "The report folder to write.")
+
+    def build(self, ctx: Context, target: Path) -> None:
+        def path(name: str) -> Any:
+            value = ctx.values.get(name)
+            return getattr(value, "path", value)
+
+        data, seconds = measure(
+            path("model"),
+            path("members"),
+            path("non-members"),
+            reference_model=path("reference-model"),
+            canaries=path("canaries"),
+            docs=path("docs"),
+            spans=path("spans"),
+            tokenizer=path("tokenizer"),
+            options=self.options,
+            progress=ctx.progress,
+        )
+        render_files(data, target)
+        ctx.stats.update(seconds=seconds, verdict=data["verdict"])
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """``phisieve audit --compare`` has no options."""
+
+
+class AuditCompareStage(Stage):
+    """``phisieve audit --compare``: audit reports side by side (``index.html`` and
+    ``compare.json``)."""
+
+    name = "audit-compare"
+    help = "Put audit reports side by side (OUT/index.html, OUT/compare.json)."
+    Options = CompareOptions
+    inputs = (Input("reports", "Audit report folders.", kind=PATH, positional=True, many=True),)
+    output = Output(FOLDER, "The comparison folder to write.")
+
+    def build(self, ctx: Context, target: Path) -> None:
+        from .report import compare_reports
+
+        reports = ctx.values["reports"]
+        compare_reports(list(reports), target)
+        ctx.stats["reports"] = len(reports)

@@ -33,9 +33,10 @@ def _param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -
                              annotation=annotation)  # fmt: skip
 
 
-def stage_parameters(cls: type[Stage], *, out_required: bool = True) -> list[inspect.Parameter]:
+def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.Parameter]:
     """The command-line parameters of ``cls``: inputs, ``--out``, options, ``--overwrite``,
-    ``--quiet``."""
+    ``--quiet``. ``loose``: no input or ``--out`` is required on the command line (the
+    command checks them itself, e.g. ``audit`` without ``--compare``)."""
     out: list[inspect.Parameter] = []
     for port in cls.inputs:
         kind: Any = list[Path] if port.many else Path
@@ -47,12 +48,12 @@ def stage_parameters(cls: type[Stage], *, out_required: bool = True) -> list[ins
                 out.append(_param(port.attr, Annotated[kind | None, info], None))
         else:
             info = typer.Option(f"--{port.name}", help=port.help, show_default=False)
-            if port.required:
+            if port.required and not loose:
                 out.append(_param(port.attr, Annotated[kind, info]))
             else:
                 out.append(_param(port.attr, Annotated[kind | None, info], None))
     out_info = typer.Option("--out", "-o", help=cls.output.help, show_default=False)
-    if out_required:
+    if not loose:
         out.append(_param("out", Annotated[Path, out_info]))
     else:
         out.append(_param("out", Annotated[Path | None, out_info], None))
@@ -107,7 +108,7 @@ def stage_command(
 ) -> Callable[..., None]:
     """The typer command of ``cls`` (with ``extra`` parameters, and a ``hook`` that may handle
     the command instead)."""
-    parameters = stage_parameters(cls, out_required=hook is None)
+    parameters = stage_parameters(cls, loose=hook is not None)
     names = [p.name for p in parameters]
     more = extra or []
 

@@ -11,12 +11,17 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from ..io.dataset import DatasetWriter, check_output, source_identity
+import pyarrow as pa
+
+from ..io.dataset import DatasetWriter
 from ..io.readers import DocumentStream, Rejection, read_documents
+from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import PATH, SOURCE, Context, Input, Stage
 
 
 def ingest(
@@ -65,45 +70,91 @@ def ingest(
     InputError
         As :func:`read_documents`, or when ``out`` is the input itself.
     """
-    stream = read_documents(
-        path,
-        fmt,
+    stage = IngestStage(
+        fmt=fmt,
         patient_col=patient_col,
         text_col=text_col,
         doc_col=doc_col,
         group_col=group_col,
-        id_map=id_map,
         batch_rows=batch_rows,
         encoding=encoding,
     )
-    out = Path(out)
-    inputs = {"notes": source_identity(stream.path)}
-    options = {"format": stream.fmt, "encoding": stream.encoding}
-    check_output(out, overwrite, inputs)
-    by_reason: Counter[str] = Counter()
-    rows_in = 0
-    with (
-        stream,
-        _progress_bar(progress, stream) as tick,
-        DatasetWriter(
-            out, stream.schema, stage="ingest", inputs=inputs, options=options, overwrite=overwrite
-        ) as writer,
-    ):
-        for batch, rejections in stream:
-            writer.write(batch)
-            _write_rejections(writer, rejections)
-            by_reason.update(r.reason for r in rejections)
-            rows_in += batch.num_rows + len(rejections)
-            tick()
-        manifest = writer.close(
+    return run_stage(
+        stage, {"path": path, "id-map": id_map}, out, overwrite=overwrite, progress=progress
+    )
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """Options of ``phisieve ingest``."""
+
+    fmt: str = option("auto", "mimic, physionet, jsonl, parquet, txt or auto.", flag="--format")
+    patient_col: str | None = option(None, "Patient id column.")
+    text_col: str | None = option(None, "Note text column.")
+    doc_col: str | None = option(None, "Document id column.")
+    group_col: str | None = option(None, "Admission (group) id column.")
+    encoding: str = option(
+        "utf-8", "Text encoding of the input: a Python codec name such as latin-1 or cp1252."
+    )
+    batch_rows: int = option(8192, "Input records per batch.", decides=False, hidden=True)
+
+
+class IngestStage(Stage):
+    """``phisieve ingest``: notes from outside phisieve (:func:`phisieve.io.readers.
+    read_documents`) into the ``documents`` dataset; rejected rows, with their reason, into
+    ``OUT.meta/rejected``. Counts reconcile: rows read = rows written + rows rejected."""
+
+    name = "ingest"
+    help = (
+        "Read notes (MIMIC-III CSV, PhysioNet deid, JSONL, Parquet, .txt folder) into the "
+        "documents dataset; bad rows go to OUT.meta/rejected with a reason (never their text)."
+    )
+    Options = IngestOptions
+    inputs = (
+        Input("path", "Input file or folder.", kind=SOURCE, positional=True),
+        Input("id-map", "CSV file,patient_id[,group_id] for a txt folder.", kind=PATH,
+              required=False),
+    )  # fmt: skip
+    unit = "bytes"
+
+    def reduce(self, ctx: Context) -> DocumentStream:
+        o = self.options
+        return read_documents(
+            ctx.path("path"),
+            o.fmt,
+            patient_col=o.patient_col,
+            text_col=o.text_col,
+            doc_col=o.doc_col,
+            group_col=o.group_col,
+            id_map=ctx.path("id-map"),
+            batch_rows=o.batch_rows,
+            encoding=o.encoding,
+        )
+
+    def schema(self, ctx: Context, state: DocumentStream) -> pa.Schema:
+        return state.schema
+
+    def batches(self, ctx: Context, state: DocumentStream) -> Iterator[pa.RecordBatch]:
+        by_reason: Counter[str] = Counter()
+        rows_in = 0
+        with state, _progress_bar(ctx.progress, state) as tick:
+            for batch, rejections in state:
+                yield batch
+                _write_rejections(ctx.writer, rejections)
+                by_reason.update(r.reason for r in rejections)
+                rows_in += batch.num_rows + len(rejections)
+                tick()
+        ctx.stats.update(
             rows_in=rows_in,
             rejected_by_reason=dict(sorted(by_reason.items())),
-            format=stream.fmt,
-            input=str(stream.path),
+            format=state.fmt,
+            input=str(state.path),
         )
-    if manifest["rows"] + manifest["rejected"] != rows_in:  # pragma: no cover - a bug
-        raise AssertionError("ingest lost rows: rows + rejected != rows_in")
-    return manifest
+
+    def finish(self, ctx: Context, state: DocumentStream) -> None:
+        writer = ctx.writer
+        if writer.rows_written + writer.rows_rejected != ctx.stats["rows_in"]:
+            raise AssertionError("ingest lost rows: rows + rejected != rows_in")  # a bug
 
 
 def _write_rejections(writer: DatasetWriter, rejections: list[Rejection]) -> None:

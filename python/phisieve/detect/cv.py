@@ -8,7 +8,7 @@ notes are detected as a corpus of their own and scored:
 * the deny list grown from the training folds' gold (:func:`phisieve.detect.learnt.
   learn_deny_list`), when ``learn_deny`` is on and ``lists`` runs;
 * the token-classification model (recognizer ``model`` with no path): trained from ``base``
-  on the training folds (:func:`phisieve.detect.recognizers.model.train_recognizer`).
+  on the training folds (:func:`phisieve.detect.train.train_recognizer`).
 
 The built-in dictionaries and rules are fixed. Their statistics of the corpus (patients per
 word, places named after a trigger) are counted over all the annotated notes, as they would be
@@ -32,18 +32,7 @@ import pyarrow.compute as pc
 from ..errors import ConfigError
 from .run import detect, evaluate
 
-__all__ = ["cross_validate", "folds", "read_physionet_folder", "summarise"]
-
-
-def read_physionet_folder(folder: str | Path) -> tuple[pa.Table, pa.Table]:
-    """The notes (``doc_id``, ``patient_id``, ``text``...) and gold ``spans`` of a PhysioNet
-    deid folder (``id.text``, ``id-phi.phrase``)."""
-    from ..io.readers import read_documents
-    from ..phi.gold import read_physionet_gold
-
-    folder = Path(folder)
-    batches = [b for b, _ in read_documents(folder / "id.text", "physionet")]
-    return pa.Table.from_batches(batches), read_physionet_gold(folder / "id-phi.phrase")
+__all__ = ["cross_validate", "folds", "summarise"]
 
 
 def folds(patients: Iterable[str], k: int, seed: int = 0) -> dict[str, int]:
@@ -135,7 +124,7 @@ def cross_validate(
         Grow a deny list from each fold's training gold for ``lists``
         (:func:`phisieve.detect.learnt.learn_deny_list`), added to ``deny``.
     base, train_options
-        The checkpoint and the options of :func:`phisieve.detect.recognizers.model.train_recognizer`.
+        The checkpoint and the options of :func:`phisieve.detect.train.train_recognizer`.
     on_fold
         Called with each fold's number and scores as it finishes (progress).
     detect_kwargs
@@ -183,7 +172,7 @@ def cross_validate(
         with tempfile.TemporaryDirectory(prefix="phisieve-cv-") as tmp:
             names = list(recognizers)
             if trains_model:
-                from .recognizers.model import train_recognizer
+                from .train import train_recognizer
 
                 model_dir = Path(tmp) / "model"
                 train_recognizer(train, train_gold, base, model_dir, **(train_options or {}))

@@ -613,9 +613,9 @@ def evaluate_corpus(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
-    from .cv import read_physionet_folder
+    from ..io.physionet import read_physionet
 
-    documents, gold = read_physionet_folder(corpus)
+    documents, gold = read_physionet(corpus)
     t = time.perf_counter()
     detected = detect(documents, recognizers, **kwargs)
     seconds = time.perf_counter() - t

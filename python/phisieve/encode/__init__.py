@@ -1,7 +1,10 @@
 """The ``encode`` stage: documents -> model token sequences with per-token protection flags.
 
-* :mod:`phisieve.encode.stage` tokenises and packs sequences (:func:`encode`), flagging
-  tokens by :mod:`phisieve.protection.scope`;
+* :mod:`phisieve.encode.stage` — the stage (:func:`encode`, :func:`read_encoding`);
+* :mod:`phisieve.encode.batches` — its batch function: words flagged by
+  :mod:`phisieve.protection.scope` and the terms, model tokens mapped to them by offsets;
+* :mod:`phisieve.encode.tokenizer` — local fast tokenizers, their special tokens;
+* :mod:`phisieve.encode.pack` — a patient's documents packed into sequences;
 * :mod:`phisieve.encode.coverage` scores that protection against gold PHI on annotated
   notes (``phisieve coverage``).
 """
@@ -13,14 +16,12 @@ from .._lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        name: ".stage"
-        for name in (
-            "ENCODED",
-            "SpecialTokens",
-            "encode",
-            "encode_batches",
-            "load_tokenizer",
-            "read_encoding",
-        )
+        "ENCODED": ".pack",
+        "EncodeStage": ".stage",
+        "SpecialTokens": ".tokenizer",
+        "encode": ".stage",
+        "encode_batches": ".batches",
+        "load_tokenizer": ".tokenizer",
+        "read_encoding": ".stage",
     },
 )

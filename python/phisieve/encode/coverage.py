@@ -20,16 +20,6 @@ import pyarrow as pa
 from ..protection.scope import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
 
-def read_physionet(corpus: str | Path) -> tuple[pa.Table, pa.Table]:
-    """The documents and gold spans of a PhysioNet deid folder."""
-    from ..io.readers import read_documents
-    from ..phi.gold import read_physionet_gold
-
-    corpus = Path(corpus)
-    batches = [b for b, _ in read_documents(corpus / "id.text", "physionet")]
-    return pa.Table.from_batches(batches), read_physionet_gold(corpus / "id-phi.phrase")
-
-
 def coverage(
     documents: pa.Table,
     gold: pa.Table,

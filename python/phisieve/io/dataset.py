@@ -643,6 +643,14 @@ class OutputWriter:
         _atomic_write_bytes(data, self._tmp.meta / name)
         self._sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
+    def side_path(self, name: str) -> Path:
+        """A side file the stage writes itself (a log it appends to as it works); it is
+        committed with the output and hashed when the output is closed."""
+        if name in (MANIFEST, REJECTED_DIR) or Path(name).name != name or name.startswith("."):
+            raise ValueError(f"not a usable side file name: {name!r}")
+        self._sides[name] = {}
+        return self._tmp.meta / name
+
     def reject(
         self, source: str, rows: Iterable[int], reason: str, column: str | None = None
     ) -> None:
@@ -694,6 +702,12 @@ class OutputWriter:
             _atomic_write_table(
                 pa.Table.from_batches(self._rejected, schema=REJECTED), rej / "part-00000.parquet"
             )
+        for name, side in self._sides.items():
+            if not side:  # written by the stage itself (side_path): hash it now
+                path = self._tmp.meta / name
+                if not path.is_file():
+                    raise RuntimeError(f"the side file {name} was never written")
+                side.update(bytes=path.stat().st_size, sha256=file_sha256(path))
         files = self._files()
         for name, f in extra.pop("_rows", {}).items():
             files[name]["rows"] = f
@@ -889,3 +903,22 @@ def read_rejected(path: str | os.PathLike[str]) -> pa.Table:
     if not files:
         return REJECTED.empty_table()
     return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def write_json(
+    out: str | os.PathLike[str],
+    data: Any,
+    *,
+    stage: str,
+    inputs: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write ``data`` as a JSON file output (atomically, with its marker in ``out.meta/``);
+    returns the manifest."""
+    with FileWriter(
+        Path(out), stage=stage, inputs=inputs or {}, options=options or {}, overwrite=overwrite
+    ) as writer:
+        text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+        writer.target.write_text(text, encoding="utf-8")
+        return writer.close()

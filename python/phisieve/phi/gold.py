@@ -8,40 +8,27 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from .. import _core
 from ..errors import InputError
-from ..io.dataset import DatasetWriter, check_inputs, check_output, source_identity
-from ..io.readers import read_documents
-from ..io.schema import DOCUMENTS, SPANS
-from ..io.sources import open_source, read_spans, require_columns
+from ..io.physionet import read_physionet
+from ..io.sources import require_columns
+from ..pipeline.runner import run_stage
+from ..pipeline.stage import SOURCE, Context, Input, Stage
 
 __all__ = [
     "CATEGORY_OF_KIND",
-    "PHYSIONET_LABELS",
+    "PlaceholdersStage",
     "placeholder_text",
     "placeholders",
-    "read_physionet_gold",
     "to_placeholders",
 ]
 
-PHYSIONET_LABELS = (
-    "Age",
-    "Date",
-    "DateYear",
-    "HCPName",
-    "Location",
-    "Other",
-    "PTName",
-    "PTNameInitial",
-    "Phone",
-    "RelativeProxyName",
-)
-"""The PHI categories of the PhysioNet deid gold standard."""
 
 CATEGORY_OF_KIND = {
     "first_name": "First Name",
@@ -177,45 +164,6 @@ def placeholder_text(label: str, text: str, ident: int, role: str | None = None)
     if label in CATEGORY_OF_KIND:
         return f"[**{CATEGORY_OF_KIND[label]} {ident}**]"
     raise InputError(f"no placeholder category for the span label {label!r}", column="spans")
-
-
-def read_physionet_gold(path: str | os.PathLike[str]) -> pa.Table:
-    """PhysioNet's ``id-phi.phrase`` as a ``spans`` table (``doc_id`` = ``<patient>-<note>``
-    as :func:`phisieve.read_documents` names PhysioNet notes; label = the gold category,
-    source ``gold``). The phrases themselves are not kept.
-
-    Raises
-    ------
-    InputError
-        On a line that is not ``<patient> <note> <start> <end> <category> <phrase>``, with its
-        line number (never its text).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "id-phi.phrase"
-    by_doc: dict[str, list[dict[str, Any]]] = {}
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as e:
-        raise InputError(f"cannot read gold spans: {e.strerror}", path=path) from None
-    for n, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        fields = raw.split(b" ", 5)
-        try:
-            patient, note, start, end = (f.decode("ascii") for f in fields[:4])
-            label = fields[4].decode("ascii").strip()
-            s, e = int(start), int(end)
-        except (IndexError, ValueError, UnicodeDecodeError):
-            raise InputError("malformed gold span line", path=path, row=n) from None
-        if not 0 <= s <= e or not label:
-            raise InputError("malformed gold span offsets", path=path, row=n)
-        by_doc.setdefault(f"{patient}-{note}", []).append(
-            {"start": s, "end": e, "label": label, "source": "gold", "score": 1.0}
-        )
-    docs = list(by_doc)
-    spans = [sorted(by_doc[d], key=lambda x: (x["start"], x["end"])) for d in docs]
-    return pa.table({"doc_id": pa.array(docs, pa.string()), "spans": pa.array(spans, SPANS)})
 
 
 def _merge(spans: list[dict[str, Any]], length: int, doc: str) -> list[dict[str, Any]]:
@@ -359,7 +307,8 @@ def placeholders(
     spans: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Write a documents dataset whose gold PHI spans are MIMIC-III placeholders.
+    """Write a documents dataset whose gold PHI spans are MIMIC-III placeholders (the
+    ``placeholders`` stage, :class:`PlaceholdersStage`).
 
     Either ``corpus`` (a PhysioNet deid folder: ``id.text`` and ``id-phi.phrase``) or
     ``docs`` (a documents dataset or table) with ``spans`` (a spans dataset).
@@ -372,26 +321,50 @@ def placeholders(
         The manifest (the output's completion marker): rows and the counts of
         :func:`to_placeholders`.
     """
-    if corpus is not None:
-        inputs = {"corpus": source_identity(corpus)}
-    else:
-        inputs = check_inputs(docs=docs, spans=spans)
-    check_output(out, overwrite, inputs)
-    if corpus is not None:
-        corpus = Path(corpus)
-        stream = read_documents(corpus / "id.text", "physionet")
-        batches = [b for b, _ in stream]
-        documents = pa.Table.from_batches(batches) if batches else DOCUMENTS.empty_table()
-        gold = read_physionet_gold(corpus / "id-phi.phrase")
-    elif docs is not None and spans is not None:
-        src = open_source(docs)
-        documents = pa.Table.from_batches(list(src.batches(None)), schema=src.schema)
-        gold = read_spans(spans)
-    else:
-        raise InputError("give a PhysioNet corpus folder, or documents with their spans")
-    result, report = to_placeholders(documents, gold)
-    with DatasetWriter(
-        Path(out), result.schema, stage="placeholders", inputs=inputs, overwrite=overwrite
-    ) as writer:
-        writer.write(result)
-        return writer.close(**report)
+    inputs = {"corpus": corpus, "docs": docs, "spans": spans}
+    return run_stage(PlaceholdersStage(), inputs, out, overwrite=overwrite)
+
+
+@dataclass(frozen=True)
+class PlaceholdersOptions:
+    """``phisieve placeholders`` has no options."""
+
+
+class PlaceholdersStage(Stage):
+    """``phisieve placeholders``: gold PHI spans become MIMIC-III placeholders (the reverse
+    of ``surrogate``). A reduce: placeholder ids are numbered per patient over the whole
+    corpus (:func:`to_placeholders`)."""
+
+    name = "placeholders"
+    help = "Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."
+    Options = PlaceholdersOptions
+    inputs = (
+        Input("corpus", "PhysioNet deid folder (id.text, id-phi.phrase).", kind=SOURCE,
+              required=False),
+        Input("docs", "A documents dataset.", required=False),
+        Input("spans", "The documents' gold spans.", required=False, columns=("doc_id", "spans")),
+    )  # fmt: skip
+
+    def open(self, ctx: Context) -> None:
+        if ctx.path("corpus") is None and (
+            ctx.values.get("docs") is None or ctx.values.get("spans") is None
+        ):
+            raise InputError("give a PhysioNet corpus folder, or documents with their spans")
+
+    def reduce(self, ctx: Context) -> tuple[pa.Table, dict[str, Any]]:
+        if ctx.path("corpus") is not None:
+            documents, gold = read_physionet(ctx.path("corpus"))
+        else:
+            src = ctx.source("docs")
+            documents = pa.Table.from_batches(list(src.batches(None)), schema=src.schema)
+            gold = pa.Table.from_batches(list(ctx.source("spans").batches(["doc_id", "spans"])))
+        return to_placeholders(documents, gold)
+
+    def schema(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> pa.Schema:
+        return state[0].schema
+
+    def batches(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> Iterator[Any]:
+        yield from state[0].to_batches()
+
+    def finish(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> None:
+        ctx.stats.update(state[1])

@@ -86,7 +86,11 @@ def _resolve(stage: Stage, given: dict[str, Any]) -> tuple[dict[str, Any], dict[
             continue
         if port.kind in (PATH, SOURCE):
             value = [Path(v) for v in value] if port.many else Path(value)
-        ids[port.name] = input_identity(port, value)
+        try:
+            ids[port.name] = input_identity(port, value)
+        except InputError as e:
+            name = port.name.upper() if port.positional else f"--{port.name}"
+            raise InputError(f"{stage.name} {name}: {e}") from None
         values[port.name] = value
     return values, ids
 
@@ -184,7 +188,7 @@ def run_stage(
     if parts is not None:
         _check_folder_of_datasets(out, parts)
     for target in targets:
-        check_output(target, overwrite, ids)
+        check_output(target, overwrite, ids, kind=kind if kind == FILE else DATASET)
     ctx = Context(stage, values, ids, out, progress, Stats())
     for port in stage.inputs:
         value = values[port.name]

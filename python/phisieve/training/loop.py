@@ -17,8 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..encode import read_encoding
+from ..encode.stage import read_encoding
 from ..errors import ConfigError, MissingDependencyError
+from ..io.dataset import side_file
+from ..pipeline.options import option
+from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .masking import MaskingConfig, check_masking, check_protection, objective
 
 
@@ -91,24 +94,39 @@ def train(
     model: Any,
     out: str | Path,
     config: TrainConfig | None = None,
+    *,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` (a model object or a local model folder) on ``encoded``.
+    """Fine-tune ``model`` (a model object or a local model folder) on ``encoded`` (the
+    ``train`` stage, :class:`TrainStage`).
 
-    Writes the final model (and tokenizer-free config) to ``out``, checkpoints to
-    ``out/checkpoint-<step>``, ``out/metrics.jsonl`` (one line per optimizer step) and
-    ``out/train.json`` (the settings, final loss, ``output_untied`` (whether
-    ``untie_output`` found tied embeddings to untie) and, under DP, ε and δ).
+    Writes, atomically (a killed run leaves the previous output or none), the final model
+    (and tokenizer-free config) to ``out`` with checkpoints in ``out/checkpoint-<step>``, and
+    beside it in ``out.meta/``: ``metrics.jsonl`` (one line per optimizer step) and
+    ``train.json`` (the settings, final loss, ``output_untied`` (whether ``untie_output``
+    found tied embeddings to untie) and, under DP, ε and δ). An existing ``out`` is replaced
+    only with ``overwrite``.
 
     Returns
     -------
     dict
         The content of ``train.json``.
     """
-    with warnings.catch_warnings():
-        return _train(encoded, model, Path(out), config or TrainConfig())
+    from ..pipeline.runner import run_stage
+
+    cfg = config or TrainConfig()
+    given = None if isinstance(model, (str, Path)) else model
+    stage = TrainStage(TrainOptions.of(cfg), model=given)
+    inputs: dict[str, Any] = {"encoded": encoded}
+    if given is None:
+        inputs["model"] = model
+    run_stage(stage, inputs, out, overwrite=overwrite)
+    return json.loads(side_file(out, "train.json").read_text(encoding="utf-8"))
 
 
-def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict[str, Any]:
+def _train(
+    encoded: str | Path, model: Any, out: Path, cfg: TrainConfig, metrics: Path
+) -> dict[str, Any]:
     try:
         import torch
     except ImportError as e:
@@ -139,7 +157,6 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
         raise ConfigError("grad_accumulation must be at least 1")
     if cfg.dp is not None and cfg.grad_accumulation != 1:
         raise ConfigError("DP-SGD here takes one Poisson batch per step: grad_accumulation = 1")
-    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     device = _device(cfg.device)
     untied = untie_output_embeddings(model) if cfg.untie_output else None
@@ -209,7 +226,7 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
         return max(0.0, (total - step) / max(1, total - warmup))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    log = (out / "metrics.jsonl").open("w")
+    log = metrics.open("w")
     step, micro, epoch, losses = 0, 0, 0, []
     started = time.perf_counter()
     last_loss = math.nan
@@ -287,7 +304,6 @@ def _train(encoded: str | Path, model: Any, out: Path, cfg: TrainConfig) -> dict
             "epsilon": float(engine.get_epsilon(delta)),
             "sequences": len(rows),
         }
-    (out / "train.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 
@@ -387,3 +403,160 @@ def _save(model: Any, path: Path, untied: Untied | None) -> None:
 def _unwrap(model: Any) -> Any:
     """The Hugging Face model inside an Opacus wrapper."""
     return getattr(model, "_module", model)
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Options of ``phisieve train`` (the fields of :class:`TrainConfig`, flat)."""
+
+    objective: str = option("ppmlm", "ppmlm, ppclm, mlm, clm, mlma, clma, dpp or ipp.")
+    batch_size: int = option(8, "Sequences per batch.")
+    epochs: int = option(1, "Epochs (unless --max-steps).")
+    max_steps: int | None = option(None, "Optimizer steps.")
+    learning_rate: float = option(5e-5, "Peak learning rate.")
+    weight_decay: float = option(0.01, "AdamW weight decay.")
+    warmup_ratio: float = option(0.0, "Share of steps warming up.")
+    grad_accumulation: int = option(1, "Batches per optimizer step.")
+    clip_norm: float | None = option(1.0, "Gradient clipping norm (without --dp).")
+    mask_probability: float = option(0.15, "Masked-LM share of words.")
+    mask_only: bool = option(False, "Always [MASK] (no 80/10/10).")
+    seed: int = option(0, "Seed of masks, order and initialisation.")
+    num_workers: int = option(0, "DataLoader workers.", decides=False)
+    device: str = option("auto", "auto, cpu, cuda, cuda:1...")
+    amp: bool = option(True, "Mixed precision on CUDA (bfloat16 where supported).")
+    pad_to: str = option(
+        "max_len", "Pad batches to max_len, or to a multiple of this number (e.g. 8)."
+    )
+    checkpoint_every: int | None = option(None, "Checkpoint every N steps.")
+    dp: bool = option(False, "DP-SGD with Opacus.")
+    noise_multiplier: float = option(1.0, "DP-SGD noise multiplier.")
+    max_grad_norm: float = option(1.0, "DP-SGD per-sample clipping norm.")
+    max_per_patient: int = option(50, "DP-SGD: sequences per patient.")
+    delta: float | None = option(None, "DP δ (default 1/patients).")
+    allow_unprotected: bool = option(
+        False,
+        "Train a privacy-preserving objective on a dataset encoded without --terms and "
+        "--spans (nothing protected).",
+    )
+    untie_output: bool = option(
+        False,
+        "Give the output layer its own copy of the input embeddings (BERT and GPT-2 tie "
+        "them, so protected words seen as context move their output scores). Not with --dp.",
+    )
+    hide_protected_input: bool = option(
+        False,
+        "Show the words the objective protects as [MASK] (the padding token when the "
+        "tokenizer has none) in the input too.",
+    )
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> TrainOptions:
+        """The options of a :class:`TrainConfig`."""
+        dp = cfg.dp
+        return cls(
+            objective=cfg.objective,
+            batch_size=cfg.batch_size,
+            epochs=cfg.epochs,
+            max_steps=cfg.max_steps,
+            learning_rate=cfg.learning_rate,
+            weight_decay=cfg.weight_decay,
+            warmup_ratio=cfg.warmup_ratio,
+            grad_accumulation=cfg.grad_accumulation,
+            clip_norm=cfg.max_grad_norm,
+            mask_probability=cfg.masking.probability,
+            mask_only=cfg.masking.mask_only,
+            seed=cfg.seed,
+            num_workers=cfg.num_workers,
+            device=cfg.device,
+            amp=cfg.amp,
+            pad_to=str(cfg.pad_to),
+            checkpoint_every=cfg.checkpoint_every,
+            dp=dp is not None,
+            noise_multiplier=dp.noise_multiplier if dp else 1.0,
+            max_grad_norm=dp.max_grad_norm if dp else 1.0,
+            max_per_patient=(dp.max_per_patient or 0) if dp else 50,
+            delta=dp.delta if dp else None,
+            allow_unprotected=cfg.allow_unprotected,
+            untie_output=cfg.untie_output,
+            hide_protected_input=cfg.masking.hide_protected_input,
+        )
+
+    def config(self, secure_mode: bool = False) -> TrainConfig:
+        """The :class:`TrainConfig` of these options."""
+        pad_to: str | int = self.pad_to if self.pad_to == "max_len" else int(self.pad_to)
+        dp = None
+        if self.dp:
+            dp = DPConfig(
+                self.noise_multiplier,
+                self.max_grad_norm,
+                self.max_per_patient or None,
+                self.delta,
+                secure_mode,
+            )
+        return TrainConfig(
+            objective=self.objective,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            max_steps=self.max_steps,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_ratio=self.warmup_ratio,
+            grad_accumulation=self.grad_accumulation,
+            max_grad_norm=self.clip_norm,
+            seed=self.seed,
+            num_workers=self.num_workers,
+            device=self.device,
+            amp=self.amp,
+            checkpoint_every=self.checkpoint_every,
+            pad_to=pad_to,
+            masking=MaskingConfig(
+                probability=self.mask_probability,
+                mask_only=self.mask_only,
+                hide_protected_input=self.hide_protected_input,
+            ),
+            dp=dp,
+            allow_unprotected=self.allow_unprotected,
+            untie_output=self.untie_output,
+        )
+
+
+class TrainStage(Stage):
+    """``phisieve train``: a masked or causal LM fine-tuned on an encoded dataset with a
+    (privacy-preserving) objective. The output is the model folder, written atomically;
+    ``metrics.jsonl`` and ``train.json`` go beside it in ``OUT.meta/``."""
+
+    name = "train"
+    help = (
+        "Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving) "
+        "objective; writes the model to OUT, metrics.jsonl and train.json to OUT.meta."
+    )
+    Options = TrainOptions
+    inputs = (
+        Input("encoded", "The encoded dataset.", positional=True),
+        Input("model", "A local Hugging Face model folder.", kind=PATH),
+    )
+    output = Output(FOLDER, "The model folder to write.")
+
+    def __init__(self, options: Any = None, /, *, model: Any = None, **values: Any) -> None:
+        self.model = model
+        super().__init__(options, **values)
+
+    def check(self) -> None:
+        o = self.options
+        if o.pad_to != "max_len" and not o.pad_to.isdigit():
+            raise ConfigError(f"--pad-to is max_len or a number, not {o.pad_to!r}")
+        objective(o.objective)
+
+    def provided(self) -> set[str]:
+        return {"model"} if self.model is not None else set()
+
+    def build(self, ctx: Context, target: Path) -> None:
+        cfg = self.options.config()
+        model = self.model if self.model is not None else ctx.path("model")
+        encoded = ctx.values["encoded"]
+        path = encoded.path if encoded.path is not None else encoded
+        metrics = ctx.writer.side_path("metrics.jsonl")
+        with warnings.catch_warnings():
+            summary = _train(path, model, target, cfg, metrics)
+        ctx.writer.write_side("train.json", json.dumps(summary, indent=2, default=str))
+        ctx.stats.update(summary)

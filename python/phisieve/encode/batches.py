@@ -1,0 +1,445 @@
+"""The ``encode`` stage: documents -> model token sequences with per-token protection flags.
+
+Documents are tokenised by any Hugging Face *fast* tokenizer (WordPiece, byte-level BPE,
+SentencePiece...). Each model token is mapped to phisieve's words (DESIGN.md §2) by character
+offsets, so whole-word masking and protection work the same with every tokenizer. A token is
+
+* ``indirect`` when a word it overlaps is an indirect identifier (a term used by fewer than k
+  patients, or a word the n-gram policy protects when n-gram terms are used);
+* ``direct`` when a word it overlaps lies in a direct span of its document, has the same
+  normalised form as a word in a direct span of the same patient, or is a ``direct`` term;
+* ``protected`` when either holds.
+
+Each patient's consecutive documents are packed into sequences of at most ``max_len`` tokens
+(sequences never mix patients; the last one of a patient is kept, shorter). Padding happens
+when batches are built (:mod:`phisieve.training.masking`). With ``pseudonymize=True`` the words of
+direct identifiers are replaced by ``X`` in the text first (the MLMA/CLMA baselines): those
+tokens are then ordinary training targets and no token is ``direct``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import _core
+from ..errors import ConfigError, InputError
+from ..io.sources import open_source, require_columns, string_array
+from ..protection.scope import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
+from ..term_index.build import terms_options
+from .pack import _Packer
+from .tokenizer import SpecialTokens, _encode_texts, _splittable
+
+__all__ = ["Encoder", "encode_batches", "protection_report", "resolve_options"]
+
+
+def _flat(list_array: pa.Array) -> np.ndarray:
+    return list_array.flatten().to_numpy(zero_copy_only=False)
+
+
+def _token_words(
+    flat: np.ndarray,
+    tok_counts: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    word_counts: np.ndarray,
+    text_lengths: np.ndarray,
+    flags: tuple[np.ndarray, ...],
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Map every model token of a batch (:func:`_encode_texts`) to the first word it
+    overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps."""
+    base = np.concatenate([[0], np.cumsum(text_lengths)[:-1]]).astype(np.int64)
+    tok_base = np.repeat(base, tok_counts)
+    ts, te = flat[:, 0] + tok_base, flat[:, 1] + tok_base
+    word_base = np.repeat(base, word_counts)
+    ws, we = starts + word_base, ends + word_base
+    first = np.searchsorted(we, ts, side="right")
+    last = np.searchsorted(ws, te, side="left") - 1
+    hit = (te > ts) & (first < len(ws)) & (last >= first)
+    word_first = np.concatenate([[0], np.cumsum(word_counts)[:-1]])
+    doc_of_token = np.repeat(np.arange(len(tok_counts)), tok_counts)
+    words = np.where(hit, first - word_first[doc_of_token], -1).astype(np.int64)
+    out = []
+    for f in flags:
+        cum = np.concatenate([[0], np.cumsum(f, dtype=np.int64)])
+        lo, hi = np.where(hit, first, 0), np.where(hit, last + 1, 0)
+        out.append((cum[hi] - cum[lo]) > 0)
+    return words, tuple(out)
+
+
+def _word_flags(
+    texts: pa.Array,
+    doc_ids: list[str],
+    patients: list[str],
+    normalize: str,
+    marker: Any,
+    policy: str,
+    direct_terms: pa.Array,
+    direct_keys: pa.Array,
+    spans: DocSpans | None,
+) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
+    """phisieve's words of each text, their count per text, and per word (flat) each reason
+    of :data:`~phisieve.protection.scope.REASONS` that protects it."""
+    toks = _core.tokenize(texts, normalize=normalize)
+    words = toks.column("words")
+    counts = pc.list_value_length(words).to_numpy(zero_copy_only=False)
+    flat = words.flatten()
+    if marker is not None and len(marker):
+        indirect = _flat(marker.mark(texts, policy=policy)).astype(bool)
+    else:
+        indirect = np.zeros(len(flat), bool)
+    corpus = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
+    patient = np.zeros(len(flat), bool)
+    if len(direct_keys):
+        owners = np.repeat(np.array(patients, dtype=object), counts)
+        keys = pc.binary_join_element_wise(pa.array(owners, pa.string()), flat, "\x00")
+        patient = pc.is_in(keys, value_set=direct_keys).to_numpy(zero_copy_only=False)
+    span = np.zeros(len(flat), bool)
+    if spans is not None:
+        span = spans.overlap(
+            doc_ids, _flat(toks.column("starts")), _flat(toks.column("ends")), counts
+        )
+    # Propagation counts beyond the spans: a word inside a span is protected in place.
+    flags = {
+        "span": span,
+        "patient": patient & ~span,
+        "corpus": corpus & ~span,
+        "indirect": indirect,
+    }
+    return toks, counts, flags
+
+
+def collect_span_words(
+    src: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> SpanWords:
+    """The words of the direct spans of ``src``'s documents, per patient (a pass that
+    tokenises only the documents that have spans)."""
+    found = SpanWords(spans)
+    wanted = pa.array(list(spans.by_doc), pa.string())
+    if not len(wanted):
+        return found
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        keep = pc.is_in(string_array(batch.column(0)), value_set=wanted)
+        if not pc.any(keep).as_py():
+            continue
+        b = batch.filter(keep)
+        found.add(*(string_array(c) for c in b.columns), normalize)
+    return found
+
+
+def resolve_options(
+    terms: pa.Table | None, normalize: str | None, direct_scope: str | None
+) -> tuple[str, str]:
+    """The normalisation and direct scope to encode with: the ones given, else those the
+    terms were made with, else the defaults. A term table made otherwise than asked is
+    refused: its words would not match the encoded ones (a case-kept "Dupont" is no
+    "dupont")."""
+    recorded = terms_options(terms) if terms is not None else {}
+    out = []
+    for name, given, default in (
+        ("normalize", normalize, "nfkc_lower"),
+        ("direct_scope", direct_scope, DEFAULT_SCOPE),
+    ):
+        made = recorded.get(name)
+        if given is not None and made is not None and given != made:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"the terms were made with {flag} {made}, not {given}: encode with {flag} "
+                f"{made} (or leave {flag} out to use the terms' own), or index again"
+            )
+        out.append(given if given is not None else made if made is not None else default)
+    check_scope(out[1])
+    return out[0], out[1]
+
+
+def _pseudonymize(
+    texts: list[str], starts: list[list[int]], ends: list[list[int]], direct: list
+) -> list[str]:
+    out = []
+    for text, st, en, d in zip(texts, starts, ends, direct, strict=True):
+        pieces, pos = [], 0
+        for s, e, flag in zip(st, en, d, strict=True):
+            if flag:
+                pieces.append(text[pos:s])
+                pieces.append("X")
+                pos = e
+        pieces.append(text[pos:])
+        out.append("".join(pieces))
+    return out
+
+
+class Encoder:
+    """The batch function of ``encode``: documents -> ``encoded`` rows, with per-token
+    protection flags, packed per patient (see :func:`phisieve.encode.encode`).
+
+    ``spans`` protects the words of direct spans in place, ``direct_words`` (patient ->
+    normalised words) the same words in all the patient's documents. With ``gold`` spans,
+    :attr:`stats` also counts the word tokens inside them (``gold_tokens``) and how many are
+    protected, in all and by reason (``gold_protected``, ``gold_<reason>``).
+
+    Documents must come grouped by patient: a patient's last sequence is finished when the
+    next patient starts (or at :meth:`flush`).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        terms: pa.Table | None = None,
+        spans: DocSpans | None = None,
+        direct_words: dict[str, set[str]] | None = None,
+        max_len: int = 512,
+        ngram: int = 1,
+        policy: str = "all",
+        normalize: str | None = None,
+        pseudonymize: bool = False,
+        gold: DocSpans | None = None,
+        where: str = "documents",
+    ) -> None:
+        if gold is not None and pseudonymize:
+            raise ConfigError("gold spans cannot be scored on pseudonymised text")
+        self.normalize = resolve_options(terms, normalize, None)[0]
+        self.spans, self.gold, self.where = spans, gold, where
+        self.policy, self.pseudonymize = policy, pseudonymize
+        self.packer = _Packer(max_len, SpecialTokens.of(tokenizer))
+        # A copy of the Rust tokenizer behind the fast tokenizer, with truncation and padding
+        # off (documents are split into sequences here) and no length warnings.
+        self.backend = copy.deepcopy(tokenizer.backend_tokenizer)
+        self.backend.no_truncation()
+        self.backend.no_padding()
+        # Note text is text: a note that says "[SEP]" or "[MASK]" gets the tokens of those
+        # characters, never the special ids (which would end a sequence early, or plant a
+        # mask the model is trained to fill).
+        self.backend.encode_special_tokens = True
+        self.splittable = _splittable(self.backend)
+        self.marker = None
+        self.direct_terms = pa.array([], pa.string())
+        if terms is not None:
+            require_columns(terms.schema, ["term", "n", "indirect", "direct"], "terms")
+            usable = terms.filter(pc.less_equal(terms.column("n"), ngram))
+            self.marker = _core.Marker(
+                string_array(usable.filter(pc.field("indirect")).column("term")),
+                normalize=self.normalize,
+            )
+            self.direct_terms = string_array(terms.filter(pc.field("direct")).column("term"))
+        words = direct_words or {}
+        self.direct_keys = pa.array(
+            [f"{p}\x00{w}" for p, ws in words.items() for w in ws], pa.string()
+        )
+        keys = ["documents", "sequences", "tokens", "protected", "direct", "indirect", "words"]
+        keys += ["dropped_tokens"]  # tokens of word-less pieces, which make no sequence
+        keys += [f"{p}_{r}" for p in ("by", "only") for r in REASONS]
+        if gold is not None:
+            keys += ["gold_tokens", "gold_protected", *(f"gold_{r}" for r in REASONS)]
+        self.stats: dict[str, int] = dict.fromkeys(keys, 0)
+        self.last_patient: str | None = None
+        self.row = 0
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The sequences a batch of documents (``doc_id``, ``patient_id``, ``text``, in this
+        order) completes."""
+        stats = self.stats
+        if batch.num_rows == 0:
+            return None
+        doc_ids = string_array(batch.column(0))
+        patients = string_array(batch.column(1))
+        texts = batch.column(2)
+        for col, name in zip((doc_ids, patients, texts), batch.schema.names, strict=True):
+            if col.null_count:
+                row = self.row + int(pc.index(pc.is_null(col), True).as_py())
+                raise InputError(f"{name} is null", path=self.where, row=row, column=name)
+        self.row += batch.num_rows
+        patient_list = patients.to_pylist()
+        doc_list = doc_ids.to_pylist()
+        flags = functools.partial(
+            _word_flags,
+            doc_ids=doc_list,
+            patients=patient_list,
+            normalize=self.normalize,
+            marker=self.marker,
+            policy=self.policy,
+            direct_terms=self.direct_terms,
+            direct_keys=self.direct_keys,
+        )
+        toks, counts, reasons = flags(texts, spans=self.spans)
+        if self.pseudonymize:
+            direct = reasons["span"] | reasons["patient"] | reasons["corpus"]
+            per_doc = np.split(direct, np.cumsum(counts)[:-1])
+            new = _pseudonymize(
+                texts.to_pylist(),
+                toks.column("starts").to_pylist(),
+                toks.column("ends").to_pylist(),
+                per_doc,
+            )
+            texts = pa.array(new, pa.large_string())
+            # The spans' offsets point into the old text; no word is direct any more.
+            toks, counts, reasons = flags(texts, spans=None)
+            for r in ("span", "patient", "corpus"):
+                reasons[r] = np.zeros_like(reasons[r])
+        ids, tok_offsets, tok_counts = _encode_texts(
+            self.backend, texts.to_pylist(), self.splittable
+        )
+        lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
+        words, tok_flags = _token_words(
+            tok_offsets,
+            tok_counts,
+            _flat(toks.column("starts")).astype(np.int64),
+            _flat(toks.column("ends")).astype(np.int64),
+            counts,
+            lengths,
+            tuple(reasons[r] for r in REASONS),
+        )
+        by_reason = dict(zip(REASONS, tok_flags, strict=True))
+        tok_direct = by_reason["span"] | by_reason["patient"] | by_reason["corpus"]
+        tok_indirect = by_reason["indirect"]
+        _count_reasons(stats, by_reason)
+        if self.gold is not None:
+            _count_gold(stats, self.gold, doc_list, tok_offsets, tok_counts, words, by_reason)
+        bounds = np.concatenate([[0], np.cumsum(tok_counts)])
+        packer = self.packer
+        for r, doc in enumerate(doc_list):
+            patient = patient_list[r]
+            if self.last_patient is not None and patient != self.last_patient:
+                packer.finish_patient()
+            self.last_patient = patient
+            a, b = bounds[r], bounds[r + 1]
+            packer.add(patient, doc, ids[a:b], words[a:b], tok_direct[a:b], tok_indirect[a:b])
+        stats["documents"] += batch.num_rows
+        stats["words"] += int(counts.sum())
+        out = packer.take(stats["sequences"])
+        return None if out is None else _count(out, stats)
+
+    def flush(self) -> pa.RecordBatch | None:
+        """The last patient's last sequence."""
+        self.packer.finish_patient()
+        self.stats["dropped_tokens"] += self.packer.dropped_tokens
+        self.packer.dropped_tokens = 0
+        out = self.packer.take(self.stats["sequences"])
+        return None if out is None else _count(out, self.stats)
+
+
+def encode_batches(
+    docs: Any,
+    tokenizer: Any,
+    *,
+    terms: pa.Table | None = None,
+    spans: DocSpans | None = None,
+    direct_words: dict[str, set[str]] | None = None,
+    max_len: int = 512,
+    ngram: int = 1,
+    policy: str = "all",
+    normalize: str | None = None,
+    pseudonymize: bool = False,
+    doc_col: str = "doc_id",
+    patient_col: str = "patient_id",
+    text_col: str = "text",
+    batch_size: int = 1024,
+    stats: dict[str, int] | None = None,
+    advance: Any = None,
+    gold: DocSpans | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Encode documents into ``encoded`` record batches (:class:`Encoder` over ``docs``);
+    ``stats``, when given, receives the counts."""
+    src = docs if hasattr(docs, "batches") else open_source(docs, batch_size)
+    require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
+    encoder = Encoder(
+        tokenizer,
+        terms=terms,
+        spans=spans,
+        direct_words=direct_words,
+        max_len=max_len,
+        ngram=ngram,
+        policy=policy,
+        normalize=normalize,
+        pseudonymize=pseudonymize,
+        gold=gold,
+        where=src.name,
+    )
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        out = encoder(batch)
+        if stats is not None:
+            stats.update(encoder.stats)
+        if out is not None:
+            yield out
+        if advance is not None:
+            advance(batch.num_rows)
+    out = encoder.flush()
+    if stats is not None:
+        stats.update(encoder.stats)
+    if out is not None:
+        yield out
+
+
+def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> None:
+    stacked = np.stack([by_reason[r] for r in REASONS])
+    alone = stacked.sum(axis=0) == 1
+    for i, r in enumerate(REASONS):
+        stats[f"by_{r}"] += int(stacked[i].sum())
+        stats[f"only_{r}"] += int((stacked[i] & alone).sum())
+
+
+def _count_gold(
+    stats: dict[str, int],
+    gold: DocSpans,
+    doc_ids: list[str],
+    flat: np.ndarray,
+    tok_counts: np.ndarray,
+    words: np.ndarray,
+    by_reason: dict[str, np.ndarray],
+) -> None:
+    """Count the word tokens (tokens inside one of our words) that overlap a gold span."""
+    inside = gold.overlap(doc_ids, flat[:, 0], flat[:, 1], tok_counts) & (words >= 0)
+    protected = np.zeros(len(inside), bool)
+    for r in REASONS:
+        stats[f"gold_{r}"] += int((inside & by_reason[r]).sum())
+        protected |= by_reason[r]
+    stats["gold_tokens"] += int(inside.sum())
+    stats["gold_protected"] += int((inside & protected).sum())
+
+
+def protection_report(stats: dict[str, Any]) -> dict[str, Any]:
+    """The protected share of tokens, in all and by reason (``by``: every token a reason
+    protects; ``only``: those no other reason protects, i.e. what dropping it would free),
+    and, when gold spans were scored, the coverage of gold PHI tokens."""
+    tokens = stats.get("tokens", 0)
+
+    def share(n: int) -> float:
+        return n / tokens if tokens else 0.0
+
+    report: dict[str, Any] = {
+        "tokens": tokens,
+        "protected": stats.get("protected", 0),
+        "protected_share": share(stats.get("protected", 0)),
+        "by_reason": {
+            r: {
+                "tokens": stats.get(f"by_{r}", 0),
+                "share": share(stats.get(f"by_{r}", 0)),
+                "only": stats.get(f"only_{r}", 0),
+                "only_share": share(stats.get(f"only_{r}", 0)),
+            }
+            for r in REASONS
+        },
+    }
+    if "gold_tokens" in stats:
+        g = stats["gold_tokens"]
+        report["gold"] = {
+            "tokens": g,
+            "protected": stats["gold_protected"],
+            "coverage": stats["gold_protected"] / g if g else 1.0,
+            "by_reason": {r: stats[f"gold_{r}"] for r in REASONS},
+        }
+    return report
+
+
+def _count(batch: pa.RecordBatch, stats: dict[str, int]) -> pa.RecordBatch:
+    stats["sequences"] += batch.num_rows
+    stats["tokens"] += len(batch.column("input_ids").flatten())
+    for name in ("protected", "direct", "indirect"):
+        stats[name] += int(pc.sum(batch.column(name).flatten()).as_py() or 0)
+    return batch
