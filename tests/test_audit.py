@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from phisieve.audit import canaries as can
+from phisieve.phi import canaries as can
 from phisieve.audit.run import (
     _canaries,
     _identifier_mia,

@@ -116,7 +116,7 @@ def stage_command(
         if hook is not None and hook(kwargs):
             return
         for p in more:
-            kwargs.pop(p.name)
+            kwargs.pop(p.name, None)
         if kwargs.get("out") is None:
             raise typer.BadParameter("missing option '--out'")
         run_command(cls, {k: kwargs[k] for k in names})

@@ -83,7 +83,9 @@ def execute(
         progress=not quiet,
         report=_report(pipeline, quiet),  # type: ignore[arg-type]
     )
-    out_console.print(f"[bold green]done[/]: every stage of {pipeline.path} is finished")
+    out_console.print(
+        f"[bold green]done[/]: every stage of {pipeline.path} is finished", soft_wrap=True
+    )
 
 
 Names = Annotated[
@@ -151,7 +153,8 @@ def demo(
     stop = None if audit else ["index"]
     execute(pipeline, None, stop, dry_run, False, quiet)
     if audit and not dry_run:
-        out_console.print(f"audit report: {pipeline.step('audit').out / 'index.html'}")
+        page = pipeline.step("audit").out / "index.html"
+        out_console.print(f"audit report: {page}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -411,8 +411,8 @@ def output_manifest(
 
 def fingerprint(manifest: dict[str, Any]) -> str:
     """The content fingerprint of an output: a SHA-256 over its kind and every data and side
-    file's name and SHA-256 (so the same content gives the same fingerprint, whenever and
-    wherever it was written). Manifests from before files were hashed fall back to the
+    file's name and SHA-256, logs aside (so the same content gives the same fingerprint,
+    whenever and wherever it was written). Manifests from before files were hashed fall back to the
     marker's own digest."""
     if "fingerprint" in manifest:
         return str(manifest["fingerprint"])
@@ -423,7 +423,7 @@ def _fingerprint_of(kind: str, files: dict[str, Any], sides: dict[str, Any]) -> 
     content = {
         "kind": kind,
         "files": {name: f["sha256"] for name, f in sorted(files.items())},
-        "side_files": {name: f["sha256"] for name, f in sorted(sides.items())},
+        "side_files": {n: f["sha256"] for n, f in sorted(sides.items()) if not f.get("log")},
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
@@ -643,12 +643,13 @@ class OutputWriter:
         _atomic_write_bytes(data, self._tmp.meta / name)
         self._sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
-    def side_path(self, name: str) -> Path:
-        """A side file the stage writes itself (a log it appends to as it works); it is
-        committed with the output and hashed when the output is closed."""
+    def log_path(self, name: str) -> Path:
+        """A log the stage appends to as it works (a training run's metrics): committed with
+        the output as a side file, but not part of its content fingerprint (it records how
+        the output was made, timings included, not what it holds)."""
         if name in (MANIFEST, REJECTED_DIR) or Path(name).name != name or name.startswith("."):
             raise ValueError(f"not a usable side file name: {name!r}")
-        self._sides[name] = {}
+        self._sides[name] = {"log": True}
         return self._tmp.meta / name
 
     def reject(
@@ -703,7 +704,7 @@ class OutputWriter:
                 pa.Table.from_batches(self._rejected, schema=REJECTED), rej / "part-00000.parquet"
             )
         for name, side in self._sides.items():
-            if not side:  # written by the stage itself (side_path): hash it now
+            if "sha256" not in side:  # a log the stage wrote itself: hash it now
                 path = self._tmp.meta / name
                 if not path.is_file():
                     raise RuntimeError(f"the side file {name} was never written")

@@ -26,6 +26,7 @@ topological order; the file's order among independent stages).
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,19 +174,19 @@ def load_pipeline(
     if not isinstance(settings, dict):
         raise ConfigError(f"{where}: [pipeline] must be a table")
     if unknown := sorted(set(settings) - {"workdir"}):
-        raise ConfigError(f"{where}: [pipeline] has no key {unknown[0]!r} (it takes workdir)")
+        raise ConfigError(f"{where}: [pipeline] {unknown[0]}: unknown key (it takes workdir)")
     for name, key, value in (parse_override(o) for o in overrides):
         table = data.get(name)
         if not isinstance(table, dict):
             raise ConfigError(f"--set {name}.{key}: no stage {name!r} in {where}")
         table[key] = value
     if workdir is not None:
-        root = Path(workdir).absolute()
+        root = Path(_normal(Path(workdir).absolute()))
     else:
         wd = settings.get("workdir", ".")
         if not isinstance(wd, str):
-            raise ConfigError(f"{where}: [pipeline] workdir must be a string")
-        root = (path.parent / wd).absolute()
+            raise ConfigError(f"{where}: [pipeline] workdir: must be a string")
+        root = Path(_normal((path.parent / wd).absolute()))
     steps = []
     for name, table in data.items():
         if not isinstance(table, dict):
@@ -204,8 +205,6 @@ def _resolve(root: Path, value: str) -> Path:
 
 
 def _normal(p: Path) -> str:
-    import os
-
     return os.path.normpath(p)
 
 
@@ -215,7 +214,7 @@ def _step(
     here = f"{where}: [{name}]"
     kind = table.get("stage", name)
     if not isinstance(kind, str):
-        raise ConfigError(f"{here} stage must be a string")
+        raise ConfigError(f"{here} stage: must be a string")
     cls = catalog.get(kind)
     if cls is None:
         hint = _suggest(kind, catalog)
@@ -225,7 +224,7 @@ def _step(
     opts: dict[str, Param] = {p.key: p for p in params(cls.Options)}
     known = [*RESERVED, *ports, *opts]
     if "out" not in table:
-        raise ConfigError(f"{here}: out is missing (the output path)")
+        raise ConfigError(f"{here} out: missing (the output path)")
     inputs: dict[str, Any] = {}
     values: dict[str, Any] = {}
     for key, value in table.items():
@@ -233,27 +232,27 @@ def _step(
             continue
         if key == "out":
             if not isinstance(value, str) or not value:
-                raise ConfigError(f"{here} out must be a path (string)")
+                raise ConfigError(f"{here} out: must be a path (string)")
             continue
         if key in ports:
             port = ports[key]
             if port.many:
                 items = value if isinstance(value, list) else [value]
                 if not items or not all(isinstance(v, str) and v for v in items):
-                    raise ConfigError(f"{here} {key} must be a list of paths (strings)")
+                    raise ConfigError(f"{here} {key}: must be a list of paths (strings)")
                 inputs[key] = [_resolve(root, v) for v in items]
             else:
                 if not isinstance(value, str) or not value:
-                    raise ConfigError(f"{here} {key} must be a path (string), not {value!r}")
+                    raise ConfigError(f"{here} {key}: must be a path (string), not {value!r}")
                 inputs[key] = _resolve(root, value)
             continue
         if key in opts:
             values[opts[key].attr] = coerce(opts[key], value, here)
             continue
-        raise ConfigError(f"{here}: unknown key {key!r}{_suggest(key, known)}")
+        raise ConfigError(f"{here} {key}: unknown key{_suggest(key, known)}")
     for port in cls.inputs:
         if port.required and port.name not in inputs:
-            raise ConfigError(f"{here}: the input {port.name} is missing ({port.help})")
+            raise ConfigError(f"{here} {port.name}: missing (the input: {port.help})")
     try:
         stage = cls(**values)
     except ConfigError as e:
@@ -288,7 +287,7 @@ def _order(where: str, steps: list[Step]) -> list[Step]:
                 continue
             w = writers[0]
             if w is s:
-                raise ConfigError(f"{where}: [{s.name}] {key} reads its own output {p}")
+                raise ConfigError(f"{where}: [{s.name}] {key}: reads its own output {p}")
             if w.name not in s.needs:
                 s.needs.append(w.name)
     order: list[Step] = []

@@ -148,7 +148,7 @@ def coerce(p: Param, value: Any, where: str) -> Any:
     )
     if not ok:
         raise ConfigError(
-            f"{where}: {p.key} must be {type_name(p)}, not {type(value).__name__} {value!r}"
+            f"{where} {p.key}: must be {type_name(p)}, not {type(value).__name__} {value!r}"
         )
     if p.type is float:
         return float(value)

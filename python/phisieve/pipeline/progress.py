@@ -37,3 +37,23 @@ def progress_bar(
     with Progress(*columns, console=_console, transient=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Keep transformers' own progress bars and warnings (loading and saving weights, a new
+    classifier head) off the console while a stage works; phisieve draws its own progress."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - the torch extra is not installed
+        yield
+        return
+    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+        if bars:
+            hf_logging.enable_progress_bar()

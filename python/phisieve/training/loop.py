@@ -21,6 +21,7 @@ from ..encode.stage import read_encoding
 from ..errors import ConfigError, MissingDependencyError
 from ..io.dataset import side_file
 from ..pipeline.options import option
+from ..pipeline.progress import quiet_transformers
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .masking import MaskingConfig, check_masking, check_protection, objective
 
@@ -78,7 +79,8 @@ def load_model(path: str | Path, causal: bool) -> Any:
     cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
     if not Path(path).exists():
         raise ConfigError(f"no model folder at {path}")
-    return cls.from_pretrained(str(path), local_files_only=True)
+    with quiet_transformers():
+        return cls.from_pretrained(str(path), local_files_only=True)
 
 
 def _device(name: str) -> Any:
@@ -397,7 +399,8 @@ def _save(model: Any, path: Path, untied: Untied | None) -> None:
     """Save the Hugging Face model (inside any Opacus wrapper) to ``path``."""
     if untied is not None:
         untied.sync()
-    _unwrap(model).save_pretrained(path)
+    with quiet_transformers():
+        _unwrap(model).save_pretrained(path)
 
 
 def _unwrap(model: Any) -> Any:
@@ -555,7 +558,7 @@ class TrainStage(Stage):
         model = self.model if self.model is not None else ctx.path("model")
         encoded = ctx.values["encoded"]
         path = encoded.path if encoded.path is not None else encoded
-        metrics = ctx.writer.side_path("metrics.jsonl")
+        metrics = ctx.writer.log_path("metrics.jsonl")
         with warnings.catch_warnings():
             summary = _train(path, model, target, cfg, metrics)
         ctx.writer.write_side("train.json", json.dumps(summary, indent=2, default=str))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, MissingDependencyError
 from ..pipeline.options import option
+from ..pipeline.progress import quiet_transformers
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 
 ARCHITECTURES = ("bert", "gpt2")
@@ -76,8 +77,9 @@ class InitModelStage(Stage):
                                 n_positions=o.max_positions, bos_token_id=tok.bos_token_id,
                                 eos_token_id=tok.eos_token_id)  # fmt: skip
             model = GPT2LMHeadModel(config)
-        model.save_pretrained(target)
-        tok.save_pretrained(str(target))
+        with quiet_transformers():
+            model.save_pretrained(target)
+            tok.save_pretrained(str(target))
         ctx.stats.update(
             architecture=o.architecture,
             parameters=sum(p.numel() for p in model.parameters()),

@@ -10,18 +10,17 @@ and its scores rank spans but are not calibrated probabilities.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import ConfigError
+from ...pipeline.progress import quiet_transformers as _quiet_loading
 from ..labels import LABELS
 
 __all__ = ["FORMAT", "ModelRecognizer"]
@@ -42,21 +41,6 @@ def _encode(tokenizer: Any, texts: list[str], max_length: int, stride: int) -> A
         return_offsets_mapping=True,
         padding="max_length",
     )
-
-
-@contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
-    from transformers.utils import logging as hf_logging
-
-    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _device(device: str | None) -> Any:

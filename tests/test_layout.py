@@ -1,0 +1,206 @@
+"""The package's layout holds: sub-packages by concern, in layers that import only downwards,
+no module importing the package root, no import cycle (Python or the Rust core)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "python" / "phisieve"
+RUST = ROOT / "rust" / "core" / "src"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_core", "_lazy", "errors"),
+    ("text",),
+    ("io",),
+    ("pipeline",),
+    ("protection",),
+    ("term_index",),
+    ("synthetic", "corpus"),
+    ("detect",),
+    ("phi",),
+    ("encode",),
+    ("training",),
+    ("audit",),
+    ("catalog",),
+    ("cli",),
+)
+"""The package's parts from the lowest to the highest: a module may import its own part and
+the parts of lower layers, never a higher layer or another part of its own layer."""
+
+RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (``phisieve.io.dataset``; a package by its
+    own name, for its ``__init__``)."""
+    out = {}
+    for f in sorted(package.rglob("*.py")):
+        parts = list(f.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def is_package(name: str, found: dict[str, Path]) -> bool:
+    return found[name].name == "__init__.py"
+
+
+def imports(name: str, found: dict[str, Path]) -> list[tuple[str, int, str | None]]:
+    """What module ``name`` imports, anywhere in it (inside functions too): (the imported
+    module, the line, the name taken from it when that name is not a module)."""
+    tree = ast.parse(found[name].read_text(encoding="utf-8"))
+    here = name.split(".") if is_package(name, found) else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.append((sub, node.lineno, None) if sub in found else (target, node.lineno, a.name))
+    return [(m, line, attr) for m, line, attr in out if m == "phisieve" or m.startswith("phisieve.")]
+
+
+def part(name: str) -> str:
+    """The sub-package (or root module) a module belongs to."""
+    return name.split(".")[1]
+
+
+FOUND = modules()
+FOUND["phisieve._core"] = PACKAGE / "_core.pyi"  # the Rust extension, by its stub
+INNER = [m for m in FOUND if m not in ("phisieve", "phisieve._core")]
+
+
+def test_at_least_eight_sub_packages() -> None:
+    subs = [m for m in FOUND if m.count(".") == 1 and is_package(m, FOUND)]
+    assert len(subs) >= 8, subs
+    # Every sub-package is placed in a layer, and the root keeps only a few modules.
+    assert {part(m) for m in INNER} <= set(RANK), sorted({part(m) for m in INNER} - set(RANK))
+    roots = [m for m in INNER if m.count(".") == 1 and not is_package(m, FOUND)]
+    assert sorted(roots) == ["phisieve._lazy", "phisieve.catalog", "phisieve.errors"]
+
+
+@pytest.mark.parametrize("name", INNER)
+def test_no_module_imports_the_package_root(name: str) -> None:
+    bad = [(line, attr) for m, line, attr in imports(name, FOUND) if m == "phisieve"]
+    assert not bad, f"{name} imports the package root at line(s) {bad}"
+
+
+@pytest.mark.parametrize("name", INNER)
+def test_layers_import_only_downwards(name: str) -> None:
+    mine = part(name)
+    for target, line, _ in imports(name, FOUND):
+        if target == "phisieve" or part(target) == mine:
+            continue
+        theirs = part(target)
+        assert RANK[theirs] < RANK[mine], (
+            f"{name} (layer {RANK[mine]}: {mine}) imports {target} (layer {RANK[theirs]}: "
+            f"{theirs}) at line {line}"
+        )
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one node, or a node
+    that reaches itself (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    graph = {
+        name: {m for m, _, _ in imports(name, FOUND) if m in FOUND and m != name}
+        for name in FOUND
+    }
+    assert cycles(graph) == []
+
+
+def rust_modules() -> dict[str, set[str]]:
+    """The Rust core's modules and the modules each names through ``crate::``."""
+    names = {f.stem for f in RUST.glob("*.rs") if f.stem != "lib"}
+    graph = {}
+    for name in names:
+        text = (RUST / f"{name}.rs").read_text(encoding="utf-8")
+        used = set(re.findall(r"\bcrate::(\w+)", text))
+        for group in re.findall(r"\bcrate::\{([^}]*)\}", text):
+            used.update(w.split("::")[0].strip() for w in group.split(","))
+        graph[name] = {u for u in used if u in names and u != name}
+    return graph
+
+
+def test_no_module_cycle_in_the_rust_core() -> None:
+    graph = rust_modules()
+    assert len(graph) >= 10 and "hash" in graph
+    assert cycles(graph) == []
+
+
+def test_old_module_paths_still_work_with_a_warning() -> None:
+    import importlib
+    import sys
+
+    for old, name in [("phisieve.dataset", "open_source"), ("phisieve.dataset", "DatasetWriter"),
+                      ("phisieve.torch", "MaskedBatches"), ("phisieve.surrogate", "read_secret"),
+                      ("phisieve.readers", "ingest"), ("phisieve.train", "TrainConfig")]:  # fmt: skip
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
+            module = importlib.import_module(old)
+        assert callable(getattr(module, name))
+    import phisieve
+
+    assert callable(phisieve.index) and callable(phisieve.synth) and callable(phisieve.ingest)
+    assert "run_pipeline" in dir(phisieve)
