@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 import torch
 
-from phisieve.phi import canaries as can
 from phisieve.audit.run import (
     _canaries,
     _identifier_mia,
@@ -26,6 +25,7 @@ from phisieve.audit.scoring import Scorer, Sequences, word_occurrences
 from phisieve.cli import main
 from phisieve.encode import encode
 from phisieve.errors import ConfigError, OutputExistsError
+from phisieve.phi import canaries as can
 from phisieve.training.loop import TrainConfig, train
 
 V = 50  # vocabulary of the hand-made models

@@ -68,8 +68,13 @@ def imports(name: str, found: dict[str, Path]) -> list[tuple[str, int, str | Non
                 target = node.module or ""
             for a in node.names:
                 sub = f"{target}.{a.name}"
-                out.append((sub, node.lineno, None) if sub in found else (target, node.lineno, a.name))
-    return [(m, line, attr) for m, line, attr in out if m == "phisieve" or m.startswith("phisieve.")]
+                if sub in found:
+                    out.append((sub, node.lineno, None))
+                else:
+                    out.append((target, node.lineno, a.name))
+    return [
+        (m, line, attr) for m, line, attr in out if m == "phisieve" or m.startswith("phisieve.")
+    ]
 
 
 def part(name: str) -> str:
@@ -164,8 +169,7 @@ def test_cycle_finder_finds_cycles() -> None:
 
 def test_no_import_cycle_in_the_package() -> None:
     graph = {
-        name: {m for m, _, _ in imports(name, FOUND) if m in FOUND and m != name}
-        for name in FOUND
+        name: {m for m, _, _ in imports(name, FOUND) if m in FOUND and m != name} for name in FOUND
     }
     assert cycles(graph) == []
 
@@ -193,9 +197,15 @@ def test_old_module_paths_still_work_with_a_warning() -> None:
     import importlib
     import sys
 
-    for old, name in [("phisieve.dataset", "open_source"), ("phisieve.dataset", "DatasetWriter"),
-                      ("phisieve.torch", "MaskedBatches"), ("phisieve.surrogate", "read_secret"),
-                      ("phisieve.readers", "ingest"), ("phisieve.train", "TrainConfig")]:  # fmt: skip
+    moved = [
+        ("phisieve.dataset", "open_source"),
+        ("phisieve.dataset", "DatasetWriter"),
+        ("phisieve.torch", "MaskedBatches"),
+        ("phisieve.surrogate", "read_secret"),
+        ("phisieve.readers", "ingest"),
+        ("phisieve.train", "TrainConfig"),
+    ]
+    for old, name in moved:
         sys.modules.pop(old, None)
         with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
             module = importlib.import_module(old)

@@ -93,7 +93,8 @@ def test_every_option_has_one_definition_for_command_and_file() -> None:
     [
         ("[synth]\npatient = 3\nout = 'n'\n",
          r"\[synth\] patient: unknown key \(did you mean 'patients'\?\)"),
-        ("[synthh]\nout = 'n'\n", r"\[synthh\]: the table name is no stage \(did you mean 'synth'\?\)"),
+        ("[synthh]\nout = 'n'\n",
+         r"\[synthh\]: the table name is no stage \(did you mean 'synth'\?\)"),
         ("[x]\nstage = 'nope'\nout = 'n'\n", r"\[x\]: stage = 'nope' is no stage"),
         ("[synth]\npatients = 'many'\nout = 'n'\n",
          r"\[synth\] patients: must be an integer, not str 'many'"),
@@ -129,7 +130,7 @@ def test_set_overrides_are_checked(tmp_path) -> None:
     path = write(tmp_path, SMALL)
     with pytest.raises(ConfigError, match="no stage 'nope'"):
         load_pipeline(path, overrides=["nope.k=3"])
-    with pytest.raises(ConfigError, match="STAGE.KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"STAGE\.KEY=VALUE"):
         load_pipeline(path, overrides=["k=3"])
     with pytest.raises(ConfigError, match=r"\[index\] k: must be an integer"):
         load_pipeline(path, overrides=["index.k=two"])
@@ -301,8 +302,7 @@ def test_a_pipeline_killed_in_encode_resumes_to_the_same_outputs(tmp_path) -> No
     assert (work / "report" / "index.html").is_file()
     reference = _files(work)
     fingerprints = {
-        p.parent.name: json.loads(p.read_text())["fingerprint"]
-        for p in work.rglob("manifest.json")
+        p.parent.name: json.loads(p.read_text())["fingerprint"] for p in work.rglob("manifest.json")
     }
     # Start again from nothing but the key (a new key would give other surrogates).
     for entry in work.iterdir():
@@ -321,8 +321,7 @@ def test_a_pipeline_killed_in_encode_resumes_to_the_same_outputs(tmp_path) -> No
     assert "encode_members" in resumed.stdout and not list(work.glob(".enc_members.*"))
     assert _files(work) == reference
     assert {
-        p.parent.name: json.loads(p.read_text())["fingerprint"]
-        for p in work.rglob("manifest.json")
+        p.parent.name: json.loads(p.read_text())["fingerprint"] for p in work.rglob("manifest.json")
     } == fingerprints
 
 

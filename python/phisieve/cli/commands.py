@@ -79,11 +79,8 @@ def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.P
             False,
         )
     )
-    out.append(
-        _param(
-            "quiet", Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")], False
-        )  # fmt: skip
-    )
+    quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+    out.append(_param("quiet", quiet, False))
     return out
 
 

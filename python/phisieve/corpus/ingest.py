@@ -60,8 +60,9 @@ def ingest(
     Returns
     -------
     dict
-        The manifest, also the output's completion marker (:func:`phisieve.io.dataset.read_manifest`;
-        rejected rows: :func:`phisieve.io.dataset.read_rejected`): ``rows`` (written), ``rejected``,
+        The manifest, also the output's completion marker
+        (:func:`phisieve.io.dataset.read_manifest`; rejected rows:
+        :func:`phisieve.io.dataset.read_rejected`): ``rows`` (written), ``rejected``,
         ``rows_in`` (always ``rows + rejected``), ``rejected_by_reason`` (reason -> count),
         ``parts``, ``format`` and ``input``.
 

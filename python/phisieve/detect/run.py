@@ -8,16 +8,18 @@ Recognizers (combinable):
   credentials;
 * ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
 * ``presidio``: presidio-analyzer's default recognizers over a local spaCy model
-  (:class:`phisieve.detect.recognizers.presidio.PresidioRecognizer`), offline, in ``nlp.pipe`` batches;
-* ``stanza``: Stanza's NER over downloaded models (:class:`phisieve.detect.recognizers.stanza.StanzaRecognizer`);
+  (:class:`~phisieve.detect.recognizers.presidio.PresidioRecognizer`), offline, in
+  ``nlp.pipe`` batches;
+* ``stanza``: Stanza's NER over downloaded models
+  (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`);
 * ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
-  (:class:`phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows, batched, on CUDA
-  when available.
+  (:class:`~phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows,
+  batched, on CUDA when available.
 
-``lists`` also runs the built-in dictionaries (:mod:`phisieve.detect.recognizers.dictionaries`): census names and
-US places that are neither everyday English nor common in the corpus, places named after
-"transferred to"-like triggers (flagged corpus-wide), and names grown over neighbouring names
-and initials.
+``lists`` also runs the built-in dictionaries
+(:mod:`~phisieve.detect.recognizers.dictionaries`): census names and US places that are
+neither everyday English nor common in the corpus, places named after "transferred to"-like
+triggers (flagged corpus-wide), and names grown over neighbouring names and initials.
 
 An allow list (e.g. eponyms such as "Lewy") removes spans whose text it holds. Overlapping
 spans are merged, keeping every source. The result is the ``spans`` table (``doc_id``,
@@ -374,8 +376,9 @@ def detect(
         recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
     dictionaries_enabled
         Whether ``lists`` also runs the built-in dictionaries
-        (:mod:`phisieve.detect.recognizers.dictionaries`: census names, US places, places named after a
-        trigger); they read the corpus twice first (patients per word, context places).
+        (:mod:`~phisieve.detect.recognizers.dictionaries`: census names, US places, places
+        named after a trigger); they read the corpus twice first (patients per word, context
+        places).
     model_options
         Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.recognizers.model.
         ModelRecognizer`: ``device``, ``batch_size``).
@@ -385,10 +388,12 @@ def detect(
         of its patients' notes are detected (cross-validation, :mod:`phisieve.detect.cv`).
     presidio_model, workers
         The spaCy model of the ``presidio`` recognizer (default
-        :data:`phisieve.detect.recognizers.presidio.DEFAULT_MODEL`) and its ``nlp.pipe`` processes.
+        :data:`~phisieve.detect.recognizers.presidio.DEFAULT_MODEL`) and its ``nlp.pipe``
+        processes.
     stanza
-        Options of the ``stanza`` recognizer (:class:`phisieve.detect.recognizers.stanza.StanzaRecognizer`:
-        ``package``, ``ner``, ``model_dir``, ``use_gpu``...).
+        Options of the ``stanza`` recognizer
+        (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`: ``package``, ``ner``,
+        ``model_dir``, ``use_gpu``...).
 
     Returns
     -------

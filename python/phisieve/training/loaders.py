@@ -2,9 +2,10 @@
 
 * :class:`MaskedBatches`: a DataLoader-compatible iterable of ready training batches
   (``input_ids``, ``attention_mask``, ``labels``) for any objective of
-  :mod:`phisieve.training.masking`. Batch ``b`` of an epoch is a pure function of ``(seed, epoch, b)``
-  and the dataset: the same batches, in the same order, with 0, 1 or more workers and on any
-  distributed rank layout (rank ``r`` of ``R`` gets batches ``r, r + R, ...``).
+  :mod:`phisieve.training.masking`. Batch ``b`` of an epoch is a pure function of
+  ``(seed, epoch, b)`` and the dataset: the same batches, in the same order, with 0, 1 or
+  more workers and on any distributed rank layout (rank ``r`` of ``R`` gets batches
+  ``r, r + R, ...``).
 * :class:`PrivacyMaskingCollator`: a ``transformers``-style data collator (for ``Trainer``)
   taking lists of ``encoded`` rows.
 * :class:`EncodedRows`: a map-style dataset of row numbers with a per-patient cap (DP-SGD).
