@@ -751,45 +751,18 @@ def measure(
     options: AuditOptions,
     progress: bool = False,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """The audit's measures (:func:`audit`): the content of ``audit.json``, and the seconds
-    each step took."""
+    """The audit's measures (:func:`audit`, whose parameters these are): the content of
+    ``audit.json``, and the seconds each step took."""
     o = options
-    return _measure(
-        model, members, non_members, reference_model=reference_model, canaries=canaries,
-        docs=docs, spans=spans, tokenizer=tokenizer, device=o.device, batch_size=o.batch_size,
-        seed=o.seed, max_identifiers=o.max_identifiers or None, utility_words=o.utility_words,
-        mlm_rounds=o.mlm_rounds, n_boot=o.n_boot, generation_prompts=o.generation_prompts,
-        name_slots=o.name_slots, name_candidates=o.name_candidates,
-        canary_samples=o.canary_samples, show_identifiers=o.show_identifiers, label=o.label,
-        progress=progress,
-    )  # fmt: skip
-
-
-def _measure(
-    model: str | Path,
-    members: str | Path,
-    non_members: str | Path,
-    *,
-    reference_model: str | Path | None = None,
-    canaries: str | Path | None = None,
-    docs: str | Path | None = None,
-    spans: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    device: str = "auto",
-    batch_size: int = 32,
-    seed: int = 0,
-    max_identifiers: int | None = 20_000,
-    utility_words: int = 5_000,
-    mlm_rounds: int = 1,
-    n_boot: int = 1_000,
-    generation_prompts: int = 64,
-    name_slots: int = 200,
-    name_candidates: int = 1_000,
-    canary_samples: int = 1_000,
-    show_identifiers: bool = False,
-    label: str | None = None,
-    progress: bool = False,
-) -> tuple[dict[str, Any], dict[str, float]]:
+    device, batch_size, seed, label = o.device, o.batch_size, o.seed, o.label
+    max_identifiers = o.max_identifiers or None
+    utility_words, mlm_rounds, n_boot = o.utility_words, o.mlm_rounds, o.n_boot
+    generation_prompts, name_slots, name_candidates = (
+        o.generation_prompts,
+        o.name_slots,
+        o.name_candidates,
+    )
+    canary_samples, show_identifiers = o.canary_samples, o.show_identifiers
     try:
         import torch  # noqa: F401
     except ImportError as e:
