@@ -24,12 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phisieve.io import readers
 from phisieve.cli import main
+from phisieve.corpus.ingest import ingest
 from phisieve.errors import InputError
 from phisieve.io.dataset import read_manifest, read_rejected
-from phisieve.corpus.ingest import ingest
-from phisieve.io.readers import REASONS, read_documents
+from phisieve.io.readers import REASONS, csv_repair, mimic, read_documents
 
 MARKER = "ZZMARKERZZ"  # in every note (and other text-like field): must never come out
 M = MARKER.encode()
@@ -461,7 +460,7 @@ def test_unclosed_quote_rejects_only_the_damaged_records(
     """A TEXT field without its closing quote used to swallow the records after it into one
     document (exit 0, nothing rejected): now the damaged record is rejected with its row
     number, every other record is read with its own patient, and later row numbers hold."""
-    monkeypatch.setattr(readers, "_CSV_BLOCK_BYTES", block)
+    monkeypatch.setattr(mimic, "_CSV_BLOCK_BYTES", block)
     n = 10
     rows = [row(i, note(i), close=i not in unclosed) for i in range(n)]
     rows[7] = f"7,107,207,,,,c,d,,{MARKER}\n".encode()  # wrong column count, after the damage
@@ -519,14 +518,14 @@ def test_unclosed_quotes_never_misattribute(
         + (b"\n" if i in unclosed else b'"\n')
         for i, t in enumerate(notes)
     )
-    old = readers._CSV_BLOCK_BYTES
-    readers._CSV_BLOCK_BYTES = block
+    old = mimic._CSV_BLOCK_BYTES
+    mimic._CSV_BLOCK_BYTES = block
     try:
         with tempfile.TemporaryDirectory() as tmp:
             src = write(Path(tmp) / "n.csv", head + body)
             chunks = list(read_documents(src, batch_rows=3))
     finally:
-        readers._CSV_BLOCK_BYTES = old
+        mimic._CSV_BLOCK_BYTES = old
     table = pa.Table.from_batches([b for b, _ in chunks]).to_pylist()
     for doc in table:
         i = int(doc["doc_id"])
@@ -568,7 +567,7 @@ def test_valid_csv_with_record_like_note_lines_is_read_as_written(
     """A valid file whose note holds lines shaped like records (one with a doubled quote that
     closes nothing) was misread: a line of patient 101's note became a document of patient
     979 and rows_in counted 5 records for 3. It is read as Python's csv module reads it."""
-    monkeypatch.setattr(readers, "_CSV_BLOCK_BYTES", block)
+    monkeypatch.setattr(mimic, "_CSV_BLOCK_BYTES", block)
     note101 = (
         b"Pt Jane Roe, MRN 55501, seen today.\n"
         b'943,979,,,,,,,,",Jane Roe 12 Elm St HIV positive\n'
@@ -636,7 +635,7 @@ def test_record_like_note_lines_never_misattributed(
 ) -> None:
     """Across the fuzzer's damaged files, an accepted document is always a record's own note
     with its own patient, never a damaged record; undamaged files are read exactly."""
-    monkeypatch.setattr(readers, "_CSV_BLOCK_BYTES", block)
+    monkeypatch.setattr(mimic, "_CSV_BLOCK_BYTES", block)
     for seed in FUZZ_SEEDS:
         notes, unclosed, data = _fuzz_case(seed)
         src = write(tmp_path / f"{seed}.csv", data)
@@ -670,14 +669,14 @@ def test_consecutive_unclosed_quotes_are_each_counted(k: int, tmp_path: Path) ->
 
 def _parsed(data: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     """(records parsed by the quote repair, rows read) for a file of ``data``."""
-    made: list[readers._QuoteRepair] = []
+    made: list[csv_repair._QuoteRepair] = []
 
-    class Counting(readers._QuoteRepair):  # type: ignore[name-defined]
+    class Counting(csv_repair._QuoteRepair):
         def __init__(self, *args: object) -> None:
             super().__init__(*args)
             made.append(self)
 
-    monkeypatch.setattr(readers, "_QuoteRepair", Counting)
+    monkeypatch.setattr(mimic, "_QuoteRepair", Counting)
     src = write(tmp_path / f"w{len(data)}.csv", data)
     rows = sum(b.num_rows + len(rs) for b, rs in read_documents(src))
     return sum(r.parsed for r in made), rows

@@ -16,11 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phisieve.io import readers as ingest_mod
+from phisieve.corpus.ingest import ingest
 from phisieve.errors import InputError
 from phisieve.io.dataset import read_manifest, read_rejected
-from phisieve.corpus.ingest import ingest
-from phisieve.io.readers import FORMATS, NOT_UTF8, REASONS, Rejection, read_documents
+from phisieve.io.readers import FORMATS, NOT_UTF8, REASONS, Rejection, mimic, read_documents
 from phisieve.io.schema import DOCUMENTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,8 +68,8 @@ def assert_batch_independent(src: Path, tmp_path: Path, **kw) -> None:
     for n in (1, 7, 8192):
         out = tmp_path / f"batch{n}"
         m = ingest(src, out, batch_rows=n, **kw)
-        # options record batch_rows itself; write_id names each write
-        for key in ("parts", "files", "options", "write_id"):
+        # options and settings record batch_rows itself; write_id names each write
+        for key in ("parts", "files", "options", "settings", "write_id"):
             m.pop(key, None)
         results.append((m, read_out(out), rejected(out)))
     for m, table, rej in results[1:]:
@@ -184,7 +183,7 @@ def test_mimic_row_numbers_across_many_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Skipped rows (wrong column count) keep every later row's number right, block after block."""
-    monkeypatch.setattr(ingest_mod, "_CSV_BLOCK_BYTES", 512)
+    monkeypatch.setattr(mimic, "_CSV_BLOCK_BYTES", 512)
     lines, bad, empty = [MIMIC_HEADER], [], []
     for i in range(2000):
         text = f'note {i}\nwith ""quotes"" and, commas'
