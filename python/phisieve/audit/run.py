@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 
 from ..encode import read_encoding
 from ..errors import ConfigError, InputError, MissingDependencyError
-from ..io.dataset import FolderWriter, check_dataset, dataset_files, dataset_identity, side_file
+from ..io.dataset import check_dataset, dataset_files, dataset_identity, side_file
 from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
@@ -1077,15 +1077,6 @@ def _jsonable(x: Any) -> Any:
         f = float(x)
         return f if math.isfinite(f) else None
     return x
-
-
-def write_report(data: dict[str, Any], out: Path, *, overwrite: bool = False) -> Path:
-    """Write ``audit.json`` and ``index.html`` into ``out`` atomically, through the output
-    contract (an existing report is replaced only with ``overwrite``)."""
-    with FolderWriter(Path(out), stage="audit", overwrite=overwrite) as writer:
-        render_files(data, writer.target)
-        writer.close()
-    return Path(out)
 
 
 def render_files(data: dict[str, Any], folder: Path) -> None:

@@ -407,7 +407,7 @@ def detect(
     require_columns(src.schema, ["doc_id", "text"], src.name)
     if "lists" in recognizers and dictionaries_enabled and not src.reiterable:
         # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
-        src = open_source(pa.Table.from_batches(list(src.batches(None)), src.schema), 4096)
+        src = open_source(src.table(), 4096)
     found = detector(
         src, recognizers, deny=deny, allow=allow, min_score=min_score,
         presidio_model=presidio_model, stanza=stanza, workers=workers, progress=progress,

@@ -54,12 +54,12 @@ def read_annotated(path: str | os.PathLike[str], docs: Any = None) -> tuple[pa.T
     if docs is not None:
         src = open_source(docs)
         require_columns(src.schema, ["doc_id", "text"], src.name)
-        documents = pa.Table.from_batches(list(src.batches(None)), src.schema)
+        documents = src.table()
         gold = read_spans(path)
         return documents, gold
     src = open_source(path)
     require_columns(src.schema, ["doc_id", "text", "spans"], src.name)
-    table = pa.Table.from_batches(list(src.batches(None)), src.schema)
+    table = src.table()
     gold = pa.table({"doc_id": table.column("doc_id").cast(pa.string()), "spans": table["spans"]})
     return table.drop_columns(["spans"]), gold
 

@@ -209,11 +209,11 @@ class EncodeStage(Stage):
             self.tokenizer if self.tokenizer is not None else open_tokenizer(ctx.path("tokenizer"))
         )
         terms = ctx.values.get("terms")
-        term_table = None if terms is None else _table(terms)
+        term_table = None if terms is None else terms.table()
         normalize, direct_scope = resolve_options(term_table, o.normalize, o.direct_scope)
         spans, gold = ctx.values.get("spans"), ctx.values.get("gold")
-        doc_spans = None if spans is None else DocSpans.read(_table(spans, ["doc_id", "spans"]))
-        gold_spans = None if gold is None else DocSpans.read(_table(gold, ["doc_id", "spans"]))
+        doc_spans = None if spans is None else DocSpans.read(spans.table(["doc_id", "spans"]))
+        gold_spans = None if gold is None else DocSpans.read(gold.table(["doc_id", "spans"]))
         direct_words = None
         if doc_spans is not None and direct_scope != "span":
             # The patients' span words are needed before their documents are encoded: a
@@ -268,14 +268,6 @@ class EncodeStage(Stage):
             "direct_terms": direct_terms,
             "protection": protection_report(stats),
         }
-
-
-def _table(src: Any, columns: list[str] | None = None) -> pa.Table:
-    """An opened dataset input (only ``columns``) as one table."""
-    schema = src.schema if columns is None else pa.schema([src.schema.field(c) for c in columns])
-    return pa.Table.from_batches(
-        list(src.batches(columns)), schema.with_metadata(src.schema.metadata)
-    )
 
 
 def read_encoding(path: str | Path) -> dict[str, Any]:

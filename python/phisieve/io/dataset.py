@@ -361,11 +361,10 @@ def check_dataset(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of the complete dataset (or folder output) at ``path``, or an
     :class:`InputError` that says why it is not one (:func:`check_complete`)."""
     path = Path(path)
-    recover(path)
-    if not path.exists():
-        raise InputError("no such dataset folder", path=path)
-    if not path.is_dir():
+    if path.is_file():
         raise InputError("expected a dataset folder", path=path)
+    if not path.exists() and not _pending_writes(path):
+        raise InputError("no such dataset folder", path=path)
     return check_complete(path)
 
 
@@ -503,23 +502,6 @@ def source_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
         "bytes": sum(size for _, size, _ in listing),
         "listing_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
     }
-
-
-def check_inputs(**inputs: Any) -> dict[str, dict[str, Any]]:
-    """Check every dataset input of a stage before its work starts; return their identities.
-
-    Paths must be complete datasets (or single files); ``None`` inputs are skipped and
-    in-memory tables are recorded by type.
-    """
-    ids = {}
-    for name, value in inputs.items():
-        if value is None:
-            continue
-        if isinstance(value, (str, os.PathLike)):
-            ids[name] = dataset_identity(value)
-        else:
-            ids[name] = {"kind": type(value).__name__}
-    return ids
 
 
 def check_output(

@@ -61,6 +61,13 @@ class BatchSource:
     path: Path | None = None
     """The Parquet file or folder, when the source is one."""
 
+    def table(self, columns: list[str] | None = None) -> pa.Table:
+        """The whole source (only ``columns``) as one table in memory, with the source's
+        schema metadata (a terms table's options)."""
+        fields = self.schema if columns is None else [self.schema.field(c) for c in columns]
+        schema = pa.schema(fields, metadata=self.schema.metadata)
+        return pa.Table.from_batches(list(self.batches(columns)), schema)
+
 
 def open_source(source: Any, batch_size: int = 16_384) -> BatchSource:
     """Open anything that holds documents as a :class:`BatchSource`.

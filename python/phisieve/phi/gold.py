@@ -356,8 +356,8 @@ class PlaceholdersStage(Stage):
             documents, gold = read_physionet(ctx.path("corpus"))
         else:
             src = ctx.source("docs")
-            documents = pa.Table.from_batches(list(src.batches(None)), schema=src.schema)
-            gold = pa.Table.from_batches(list(ctx.source("spans").batches(["doc_id", "spans"])))
+            documents = src.table()
+            gold = ctx.source("spans").table(["doc_id", "spans"])
         return to_placeholders(documents, gold)
 
     def schema(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> pa.Schema:

@@ -22,8 +22,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from .._core import __version__
 from ..errors import ConfigError, InputError, OutputExistsError
 from ..io.dataset import (
@@ -284,8 +282,3 @@ def reject_unless_owned(stage: Stage, out: Path) -> None:
     exists = out.exists() or out.is_symlink()
     if exists and (manifest is None or manifest.get("stage") != stage.name):
         raise OutputExistsError(out)
-
-
-def table_of(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """The batches as one table (of ``schema`` when there are none)."""
-    return pa.Table.from_batches(batches, schema) if batches else schema.empty_table()

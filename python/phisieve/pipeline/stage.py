@@ -137,8 +137,7 @@ class Context:
         read into memory once (other sources are returned as they are)."""
         src = self.source(name)
         if not src.reiterable:
-            table = pa.Table.from_batches(list(src.batches(None)), src.schema)
-            src = open_source(table, self.stage.batch_rows)
+            src = open_source(src.table(), self.stage.batch_rows)
             self.values[name] = src
         return src
 

@@ -1204,18 +1204,17 @@ class SynthStage(Stage):
         o = self.options
         if o.fmt not in FORMATS:
             raise InputError(f"unknown synth format {o.fmt!r} (expected 'parquet' or 'mimic-csv')")
-        npp = parse_range(o.notes_per_patient, "--notes-per-patient")
-        wpn = parse_range(o.words_per_note, "--words-per-note")
-        _check(o.patients, o.seed, npp, wpn)
+        self.ranges = (
+            parse_range(o.notes_per_patient, "--notes-per-patient"),
+            parse_range(o.words_per_note, "--words-per-note"),
+        )
+        _check(o.patients, o.seed, *self.ranges)
 
     def output_kind(self) -> str:
         return FILE if self.options.fmt == "mimic-csv" else DATASET
 
     def _rows(self) -> Iterator[tuple[int, list[tuple]]]:
-        o = self.options
-        npp = parse_range(o.notes_per_patient, "--notes-per-patient")
-        wpn = parse_range(o.words_per_note, "--words-per-note")
-        return _rows(o.patients, o.seed, npp, wpn, 0)
+        return _rows(self.options.patients, self.options.seed, *self.ranges, 0)
 
     def _stats(self, ctx: Context) -> None:
         o = self.options
@@ -1223,8 +1222,8 @@ class SynthStage(Stage):
             patients=o.patients,
             seed=o.seed,
             format=o.fmt,
-            notes_per_patient=list(parse_range(o.notes_per_patient, "")),
-            words_per_note=list(parse_range(o.words_per_note, "")),
+            notes_per_patient=list(self.ranges[0]),
+            words_per_note=list(self.ranges[1]),
         )
 
     def schema(self, ctx: Context, state: Any) -> pa.Schema:
@@ -1294,9 +1293,6 @@ def synth(
     InputError
         If ``fmt`` is unknown or an argument is out of range.
     """
-    if fmt not in FORMATS:
-        raise InputError(f"unknown synth format {fmt!r} (expected 'parquet' or 'mimic-csv')")
-    _check(patients, seed, notes_per_patient, words_per_note)
     stage = SynthStage(
         patients=patients,
         seed=seed,

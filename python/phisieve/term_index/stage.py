@@ -171,7 +171,7 @@ class IndexStage(Stage):
             batch_size=self.batch_rows,
             progress=ctx.progress,
             report=report,
-            spans=None if spans is None else _table(spans),
+            spans=None if spans is None else spans.table(["doc_id", "spans"]),
             direct_scope=o.direct_scope,
             min_share=o.min_share,
         )
@@ -211,11 +211,6 @@ class IndexStage(Stage):
         ctx.writer.write_side("stats.json", json.dumps(state.stats, indent=2))
         ctx.stats.update(state.stats)
         ctx.stats.update(terms_options(terms))
-
-
-def _table(spans: Any) -> pa.Table:
-    """A spans input (an opened source) as a table."""
-    return pa.Table.from_batches(list(spans.batches(["doc_id", "spans"])))
 
 
 @dataclass(frozen=True)
