@@ -79,6 +79,29 @@ def index(
     }
 
 
+def id_hash(id_: str) -> int:
+    """The index's fixed hash of a patient id: 64-bit FNV-1a over the UTF-8 bytes, finished
+    with SplitMix64's output function (:func:`mix64`)."""
+    h = 0xCBF29CE484222325
+    for b in id_.encode("utf-8"):
+        h = ((h ^ b) * 0x100000001B3) & MASK64
+    return mix64(h)
+
+
+def patient_ids(
+    docs: Iterable[tuple[str, str]], ngram: int = 1, k: int = 2, mode: str = "nfkc_lower"
+) -> dict[tuple[int, str], list[str]]:
+    """(n, term) -> the k patients using the term that are smallest by (id_hash, id), in
+    that order."""
+    users: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for patient, text in docs:
+        ws = words(text, mode)
+        for i in range(len(ws)):
+            for n in range(1, min(ngram, len(ws) - i) + 1):
+                users[(n, " ".join(ws[i : i + n]))].add(patient)
+    return {key: sorted(ps, key=lambda p: (id_hash(p), p))[:k] for key, ps in users.items()}
+
+
 def protected(
     text: str, blacklist: set[tuple[int, str]], ngram: int, policy: str, mode: str = "nfkc_lower"
 ) -> list[bool]:

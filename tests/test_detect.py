@@ -175,8 +175,9 @@ def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
     }
     assert direct == {"smith", "jones"}  # unigrams only; "dr smith" stays unmarked
     plain = index(documents, k=2, ngram=2)
-    assert not any(plain["direct"].to_pylist())
-    assert terms.drop_columns(["direct"]).equals(plain.drop_columns(["direct"]))
+    assert not any(plain["direct"].to_pylist()) and not any(plain["in_span"].to_pylist())
+    marked = ["direct", "in_span"]  # the columns spans fill
+    assert terms.drop_columns(marked).equals(plain.drop_columns(marked))
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ threads, memory budget, input order or sharding; statistics; errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phisieve
+from phisieve import _core
 from phisieve.cli import main
 from phisieve.io.dataset import side_file
+from phisieve.io.schema import SPANS, TERMS
 from phisieve.io.sources import parquet_files
 from phisieve.term_index import build as term_index
 
@@ -111,11 +114,65 @@ def test_code_point_offsets_on_non_ascii() -> None:
 def test_index_matches_reference(docs, ngram, k, batch_size, threads) -> None:
     got = phisieve.index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size, threads=threads)
     assert as_dict(got) == reference.index(docs, ngram=ngram, k=k)
-    # patient_ids: up to k distinct ids of patients using the term.
-    ids = {(r["n"], r["term"]): r["patient_ids"] for r in got.to_pylist()}
-    for (n, term), (patients, *_rest) in reference.index(docs, ngram=ngram, k=k).items():
-        assert len(ids[(n, term)]) == min(patients, k)
-        assert len(set(ids[(n, term)])) == len(ids[(n, term)])
+    # patient_ids: the k patients using the term that are smallest by (id hash, id).
+    assert patient_ids(got) == reference.patient_ids(docs, ngram=ngram, k=k)
+    assert got.schema.remove_metadata() == TERMS
+
+
+def patient_ids(table: pa.Table) -> dict[tuple[int, str], list[str]]:
+    return {(r["n"], r["term"]): r["patient_ids"] for r in table.to_pylist()}
+
+
+def test_id_hashes_are_fixed() -> None:
+    """The hash that orders the kept patient ids is pinned (indexes written by different
+    versions must merge): the same values as the Rust unit test, and the plain-Python FNV-1a
+    + SplitMix64 reference, for any string array type."""
+    import polars as pl
+
+    ids = ["", "a", "p1", "Zoë-17"]
+    pinned = [0xF52A15E9A9B5E89B, 0x02C0BDBF481420F8, 0x5B050EF57E3B95BC, 0x88F7D8C4C0C118B4]
+    assert [reference.id_hash(i) for i in ids] == pinned
+    assert _core.id_hashes(pa.array(ids)).to_pylist() == pinned
+    assert _core.id_hashes(pa.array(ids, pa.large_string())).to_pylist() == pinned
+    assert _core.id_hashes(pl.Series(ids).to_arrow()).to_pylist() == pinned
+    assert _core.id_hashes(pa.array(["x", None])).to_pylist() == [reference.id_hash("x"), None]
+    many = [f"patient-{i}" for i in range(500)] + ["北京", "zoe\u0308"]
+    assert _core.id_hashes(pa.array(many)).to_pylist() == [reference.id_hash(i) for i in many]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    docs=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "p1", "p2", "Zoë"]), TEXT), max_size=12
+    ),
+    ngram=st.integers(1, 2),
+    k=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_patient_ids_do_not_depend_on_document_order(docs, ngram, k, seed) -> None:
+    """The kept patient ids are the k smallest by (id hash, id), in that order, whatever the
+    order of the documents: patient groups in another order (counted as they come) or the
+    documents shuffled (sorted by patient first)."""
+    import random
+
+    want = reference.patient_ids(docs, ngram=ngram, k=k)
+    rng = random.Random(seed)
+    patients = sorted({p for p, _ in docs})
+    rng.shuffle(patients)
+    grouped = [d for p in patients for d in docs if d[0] == p]
+    shuffled = rng.sample(docs, len(docs))
+    base = phisieve.index(docs_table(docs), ngram=ngram, k=k)
+    assert patient_ids(base) == want
+    for order in (grouped, shuffled):
+        got = phisieve.index(docs_table(order), ngram=ngram, k=k, batch_size=3)
+        assert patient_ids(got) == want
+        assert got.equals(base)
+    # The same when the shards are merged, in either order.
+    half = set(patients[: len(patients) // 2])
+    parts = [[d for d in grouped if d[0] in half], [d for d in grouped if d[0] not in half]]
+    indexes = [phisieve.index(docs_table(p), ngram=ngram, k=k) for p in parts]
+    for tables in (indexes, indexes[::-1]):
+        assert phisieve.merge_terms(tables, k=k).equals(base)
 
 
 @settings(max_examples=60, deadline=None)
@@ -237,6 +294,115 @@ def test_shards_merge_exactly(tmp_path: Path) -> None:
     for key, (patients, ndocs, count, indirect) in want.items():
         assert got[key][1:] == (ndocs, count, indirect), key
         assert got[key][0] == patients if patients < 2 else got[key][0] >= 2
+
+
+@pytest.fixture(scope="module")
+def synth_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], pa.Table]:
+    """A synthetic corpus (documents dataset), its two patient-disjoint halves (every other
+    patient) and rule spans of its direct identifiers."""
+    from phisieve.detect.run import detect
+
+    root = tmp_path_factory.mktemp("halves")
+    docs = root / "docs"
+    phisieve.synth(docs, patients=40, seed=5)
+    table = pa.concat_tables(pq.read_table(f) for f in parquet_files(docs))
+    patients = sorted(set(table.column("patient_id").to_pylist()))
+    first = pc.is_in(table.column("patient_id"), value_set=pa.array(patients[::2]))
+    halves = []
+    for i, mask in enumerate([first, pc.invert(first)]):
+        halves.append(root / f"half{i}.parquet")
+        pq.write_table(table.filter(mask), halves[-1])
+    return docs, halves, detect(docs, ["rules"])
+
+
+@pytest.mark.parametrize("scope", ["span", "patient", "identifying", "corpus"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_merged_halves_equal_the_whole_index_with_spans(synth_halves, scope, k) -> None:
+    """Merging the indexes of two patient-disjoint halves gives the index of the whole corpus,
+    every column (``in_span``, ``direct``, ``patient_ids``) and the recorded options included,
+    under every direct scope. (OR-ing the halves' ``direct`` marks words that are inside spans
+    in enough of one half's uses, but not of the whole corpus's.)"""
+    docs, halves, spans = synth_halves
+    kw = {"ngram": 2, "k": k, "spans": spans, "direct_scope": scope}
+    whole = phisieve.index(docs, **kw)
+    parts = [phisieve.index(h, **kw) for h in halves]
+    for tables in (parts, parts[::-1]):
+        merged = phisieve.merge_terms(tables, k=k)
+        assert merged.equals(whole)
+        assert merged.schema.remove_metadata() == TERMS
+        assert term_index.terms_options(merged) == term_index.terms_options(whole)
+    rows = whole.to_pylist()
+    direct = {r["term"] for r in rows if r["direct"]}
+    in_span = {r["term"]: r["in_span"] for r in rows if r["in_span"]}
+    assert all(r["n"] == 1 for r in rows if r["in_span"])
+    assert in_span == reference_in_span(docs, spans)
+    count = {r["term"]: r["count"] for r in rows if r["n"] == 1}
+    ored = set().union(*({r["term"] for r in p.to_pylist() if r["direct"]} for p in parts))
+    if scope in ("span", "patient"):
+        assert direct == ored == set()
+    elif scope == "corpus":
+        assert direct == ored == set(in_span)
+    else:
+        want = {
+            w
+            for w, c in in_span.items()
+            if re.fullmatch(r"[^\W\d_]{2,}", w) and c >= 0.2 * count[w]
+        }
+        assert direct == want and direct
+        # OR-ing the halves' flags marks more: words inside spans in >= 0.2 of one half's uses
+        # but not of the whole corpus's.
+        assert ored > direct
+
+
+def reference_in_span(docs: Path, spans: pa.Table) -> dict[str, int]:
+    """Per normalised word, its occurrences that overlap a span of their document."""
+    by_doc = dict(zip(spans["doc_id"].to_pylist(), spans["spans"].to_pylist(), strict=True))
+    table = pa.concat_tables(pq.read_table(f) for f in parquet_files(docs))
+    out: dict[str, int] = {}
+    for doc, text in zip(table["doc_id"].to_pylist(), table["text"].to_pylist(), strict=True):
+        ranges = [(s["start"], s["end"]) for s in by_doc.get(doc) or []]
+        for ws, we in reference.word_spans(text):
+            if any(s < we and ws < e for s, e in ranges):
+                word = reference.normalize(text[ws:we])
+                out[word] = out.get(word, 0) + 1
+    return out
+
+
+def test_cli_merge_of_halves_with_spans_equals_cli_index(
+    synth_halves, tmp_path: Path, capsys
+) -> None:
+    docs, halves, spans = synth_halves
+    pq.write_table(spans, tmp_path / "spans.parquet")
+    flags = ["--spans", str(tmp_path / "spans.parquet"), "--ngram", "2", "-q"]
+    main(["index", str(docs), "--out", str(tmp_path / "whole"), *flags])
+    for i, half in enumerate(halves):
+        main(["index", str(half), "--out", str(tmp_path / f"t{i}"), *flags])
+    main(["merge", str(tmp_path / "t1"), str(tmp_path / "t0"), "--out", str(tmp_path / "m")])
+    capsys.readouterr()
+    whole, merged = (phisieve.read_terms(tmp_path / name) for name in ("whole", "m"))
+    assert merged.equals(whole)
+    assert term_index.terms_options(merged) == term_index.terms_options(whole)
+    assert pc.sum(merged.column("direct")).as_py() > 0
+
+
+def test_merge_refuses_parts_made_differently() -> None:
+    docs = docs_table([("a", "Zorblat x"), ("b", "y")])
+    spans = pa.table({"doc_id": ["0"], "spans": pa.array([[{"start": 0, "end": 7}]], SPANS)})
+    with_spans = phisieve.index(docs, spans=spans)
+    assert with_spans.column("in_span").to_pylist() == [0, 0, 1] and with_spans["direct"][2]
+    for other in (
+        phisieve.index(docs),
+        phisieve.index(docs, spans=spans, min_share=0.5),
+        phisieve.index(docs, spans=spans, direct_scope="corpus"),
+    ):
+        with pytest.raises(phisieve.ConfigError, match="different"):
+            phisieve.merge_terms([with_spans, other])
+    # An index written before in_span existed merges when made without spans only.
+    old = phisieve.index(docs).drop_columns(["in_span"])
+    assert phisieve.merge_terms([old, old.slice(0, 0)]).equals(phisieve.index(docs))
+    old = with_spans.drop_columns(["in_span"])
+    with pytest.raises(phisieve.ConfigError, match="in_span"):
+        phisieve.merge_terms([old])
 
 
 def test_stats_and_protected_share() -> None:

@@ -101,6 +101,11 @@ def keyed_draws(secret: bytes, parts: list[Any]) -> pa.UInt64Array:
     of the row's values in ``parts`` (string arrays of one length), each framed by its length
     as 8 little-endian bytes (a null as ``2**64 - 1`` with no bytes)."""
 
+def id_hashes(ids: Any) -> pa.UInt64Array:
+    """The fixed hash of each id of a string array (null for null): 64-bit FNV-1a over the
+    UTF-8 bytes, finished with SplitMix64's output function. Stable across versions; the
+    index keeps per term the ``k`` patients smallest by (hash, id)."""
+
 def splice(
     texts: Any, rows: Any, starts: Any, ends: Any, with_: Any
 ) -> tuple[pa.LargeStringArray, pa.Int32Array, pa.Int32Array]:

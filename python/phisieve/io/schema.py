@@ -32,11 +32,18 @@ TERMS = pa.schema(
         pa.field("patients", pa.uint32(), nullable=False),
         pa.field("docs", pa.uint32(), nullable=False),
         pa.field("count", pa.uint64(), nullable=False),
+        pa.field("in_span", pa.uint64(), nullable=False),
         pa.field("direct", pa.bool_(), nullable=False),
         pa.field("indirect", pa.bool_(), nullable=False),
+        pa.field("patient_ids", pa.list_(pa.field("item", pa.string())), nullable=False),
     ]
 )
-"""The ``terms`` table: one row per distinct normalised word n-gram."""
+"""The ``terms`` table: one row per distinct normalised word n-gram (the schema the index
+writes, ``phisieve_core::index::terms_schema``). ``in_span``: a single word's occurrences
+inside direct-identifier spans (0 for n-grams and for an index made without spans), from
+which ``direct`` is marked under the recorded direct scope; ``patient_ids``: up to k patients
+using the term, the smallest by ``phisieve._core.id_hashes`` of the id (ties by the id), in
+that order."""
 
 SPAN = pa.struct(
     [

@@ -24,8 +24,10 @@ The scope says how far a span's words reach (DESIGN.md §3):
     the old behaviour: ``patient``, plus every word found inside any span, everywhere.
 
 :class:`SpanWords` collects, in one pass over the documents, each patient's span words and
-each word's occurrences inside spans; :func:`corpus_direct_words` applies the scope to the
-index's counts.
+each word's occurrences inside spans; the index stores the latter per single-word term (the
+``terms`` table's ``in_span`` column) and :func:`direct_expr` applies the scope to them and to
+the words' counts, so that merged indexes (whose counts add) mark the same words as one.
+:func:`corpus_direct_words` applies it to a :class:`SpanWords` directly.
 """
 
 from __future__ import annotations
@@ -170,6 +172,34 @@ class SpanWords:
         return dict(self.by_patient)
 
 
+IDENTIFYING_WORD = r"^[^\W\d_]{2,}$"
+"""The words the ``identifying`` scope may propagate: alphabetic, at least two letters."""
+
+
+def direct_expr(scope: str = DEFAULT_SCOPE, min_share: float = DEFAULT_MIN_SHARE) -> pl.Expr:
+    """Whether ``scope`` makes a term a direct identifier in every note of the corpus, as a
+    polars expression over a ``terms`` table's ``n``, ``term``, ``count`` and ``in_span`` (the
+    term's occurrences inside direct spans). Only single words are ever direct: a date's "7"
+    would otherwise mark every n-gram with a 7.
+
+    ``span`` and ``patient``: none; ``corpus``: every word found inside a span;
+    ``identifying``: the alphabetic words of at least two letters with
+    ``in_span >= min_share * count``. The index and :func:`phisieve.merge_terms` both mark
+    ``direct`` with it, so a merged index marks what one index of the whole corpus marks.
+    """
+    check_scope(scope, min_share)
+    if scope in ("span", "patient"):
+        return pl.lit(False)
+    inside = (pl.col("n") == 1) & (pl.col("in_span") > 0)
+    if scope == "corpus":
+        return inside
+    return (
+        inside
+        & pl.col("term").str.contains(IDENTIFYING_WORD)
+        & (pl.col("in_span").cast(pl.Float64) >= min_share * pl.col("count").cast(pl.Float64))
+    )
+
+
 def corpus_direct_words(
     span_words: SpanWords,
     unigram_counts: pa.Table,
@@ -190,20 +220,16 @@ def corpus_direct_words(
     check_scope(scope, min_share)
     if scope in ("span", "patient") or not span_words.in_span:
         return set()
-    if scope == "corpus":
-        return set(span_words.in_span)
     inside = pl.DataFrame(
-        {"term": list(span_words.in_span), "inside": list(span_words.in_span.values())},
-        schema={"term": pl.String, "inside": pl.Int64},
+        {"term": list(span_words.in_span), "in_span": list(span_words.in_span.values())},
+        schema={"term": pl.String, "in_span": pl.UInt64},
     )
     counts = pl.from_arrow(unigram_counts.select(["term", "count"]))
     assert isinstance(counts, pl.DataFrame)
     picked = (
         inside.join(counts, on="term", how="left")
-        .filter(
-            pl.col("term").str.contains(r"^[^\W\d_]{2,}$")
-            & (pl.col("inside") >= min_share * pl.col("count").fill_null(0).cast(pl.Float64))
-        )
+        .with_columns(n=pl.lit(1, pl.UInt8), count=pl.col("count").fill_null(0))
+        .filter(direct_expr(scope, min_share))
         .get_column("term")
     )
     return set(picked.to_list())

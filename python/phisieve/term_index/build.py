@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .. import _core
 from ..errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
 from ..io.dataset import dataset_files
+from ..io.schema import TERMS
 from ..io.sources import BatchSource, open_source, require_columns, string_array
 from ..pipeline.progress import progress_bar
 from ..protection.scope import (
@@ -34,7 +35,7 @@ from ..protection.scope import (
     DocSpans,
     SpanWords,
     check_scope,
-    corpus_direct_words,
+    direct_expr,
 )
 
 MAX_PARTITIONS = 4096
@@ -292,8 +293,9 @@ def index(
     spans, doc_col
         A ``spans`` dataset of direct identifiers (``doc_id``, ``spans``: from
         ``phisieve detect`` or ``phisieve surrogate``; a folder, file or table) and the
-        documents' id column: the single-word terms that ``direct_scope`` makes direct
-        identifiers corpus-wide are marked ``direct``.
+        documents' id column: each single-word term's occurrences inside spans go to
+        ``in_span``, and the single-word terms that ``direct_scope`` makes direct identifiers
+        corpus-wide are marked ``direct``.
     direct_scope, min_share
         How far the words of direct spans reach (:mod:`phisieve.protection.scope`):
         ``identifying`` (default) marks the alphabetic words of which at least
@@ -304,11 +306,15 @@ def index(
     Returns
     -------
     pyarrow.Table
-        The ``terms`` table sorted by (n, term): ``term``, ``n``, ``patients``, ``docs``,
-        ``count``, ``direct``, ``indirect`` (patients < k) and ``patient_ids`` (up to k ids
-        of patients using the term, so partial indexes merge exactly). Its schema metadata
-        records the options (:func:`terms_options`: ``normalize``, ``k``, ``ngram``,
-        ``direct_scope``...), so that ``encode`` cuts and normalises words the same way.
+        The ``terms`` table (schema :data:`phisieve.io.schema.TERMS`) sorted by (n, term):
+        ``term``, ``n``, ``patients``, ``docs``, ``count``, ``in_span`` (a single word's
+        occurrences inside direct spans; 0 for n-grams and without spans), ``direct``,
+        ``indirect`` (patients < k) and ``patient_ids`` (the up to k patients using the term
+        that are the smallest by :func:`phisieve._core.id_hashes` of the id, ties by the id,
+        in that order: independent of the documents' order, and partial indexes merge
+        exactly). Its schema metadata records the options (:func:`terms_options`:
+        ``normalize``, ``k``, ``ngram``, ``direct_scope``...), so that ``encode`` cuts and
+        normalises words the same way and ``merge_terms`` marks ``direct`` again.
     """
     budget = parse_size(memory_budget)
     if k < 1:
@@ -404,12 +410,31 @@ def index(
         table = table.sort_by([("n", "ascending"), ("term", "ascending")])
     options: dict[str, Any] = {"normalize": normalize, "k": k, "ngram": ngram, "spans": False}
     if span_words is not None:
-        unigrams = table.filter(pc.equal(table.column("n"), 1))
-        table = mark_direct(
-            table, corpus_direct_words(span_words, unigrams, direct_scope, min_share)
-        )
+        table = _with_direct(_with_in_span(table, span_words), direct_scope, min_share)
         options.update(spans=True, direct_scope=direct_scope, min_share=min_share)
     return with_terms_options(table, **options)
+
+
+def _with_in_span(terms: pa.Table, span_words: SpanWords) -> pa.Table:
+    """``terms`` with ``in_span`` set: each single-word term's occurrences inside spans."""
+    if not span_words.in_span:
+        return terms
+    words = pa.array(list(span_words.in_span), pa.string())
+    inside = pa.array(list(span_words.in_span.values()), pa.uint64())
+    slot = pc.index_in(terms.column("term"), value_set=words)
+    slot = pc.if_else(pc.equal(terms.column("n"), 1), slot, pa.scalar(None, pa.int32()))
+    counts = pc.fill_null(pc.take(inside, slot), pa.scalar(0, pa.uint64()))
+    at = terms.schema.get_field_index("in_span")
+    return terms.set_column(at, terms.schema.field(at), counts)
+
+
+def _with_direct(terms: pa.Table, scope: str, min_share: float) -> pa.Table:
+    """``terms`` with ``direct`` computed from its counts under ``scope``
+    (:func:`phisieve.protection.scope.direct_expr`)."""
+    df = pl.from_arrow(terms)
+    assert isinstance(df, pl.DataFrame)
+    df = df.with_columns(direct=direct_expr(scope, min_share))
+    return df.to_arrow().cast(terms.schema)
 
 
 TERMS_OPTIONS = b"phisieve.terms"
@@ -434,7 +459,9 @@ def with_terms_options(terms: pa.Table, **options: Any) -> pa.Table:
 def mark_direct(terms: pa.Table, words: set[str]) -> pa.Table:
     """``terms`` with ``direct`` set on the single-word terms in ``words`` (normalised words
     found inside direct spans). n-grams are left alone: a date's "7" would otherwise mark
-    every n-gram with a 7."""
+    every n-gram with a 7. (The index marks ``direct`` from its ``in_span`` counts under its
+    direct scope instead; a word marked here stays marked only until ``merge_terms``, which
+    marks ``direct`` again from the counts.)"""
     if not words:
         return terms
     df = pl.from_arrow(terms)
@@ -449,10 +476,20 @@ def merge_terms(
 ) -> pa.Table:
     """Merge partial ``terms`` tables (indexes of shards of a corpus) into one.
 
+    Counts add (``docs``, ``count``, ``in_span``; ``patients`` too when the shards split
+    patients). ``patient_ids`` become the ``k`` smallest of the union of the parts' lists by
+    :func:`phisieve._core.id_hashes` of the id (ties by the id), in that order: each part
+    kept its own ``k`` smallest, so these are the whole corpus's. ``direct`` is marked again
+    from the summed ``count`` and ``in_span`` under the parts' recorded ``direct_scope`` and
+    ``min_share`` (:func:`phisieve.protection.scope.direct_expr`). For shards that split
+    the corpus by patient, the result equals the index of the whole corpus, every column
+    included.
+
     Parameters
     ----------
     tables
-        Partial indexes, each made with the same ``k``, ``ngram`` and normalisation.
+        Partial indexes, each made with the same ``k``, ``ngram``, normalisation and (when
+        made with spans) ``direct_scope`` and ``min_share``; all with spans or all without.
     k
         The ``k`` of the indirect test.
     patients_disjoint
@@ -464,44 +501,84 @@ def merge_terms(
     Returns
     -------
     pyarrow.Table
-        The merged ``terms`` table, sorted by (n, term).
+        The merged ``terms`` table (schema :data:`phisieve.io.schema.TERMS`), sorted by
+        (n, term).
     """
     if not tables:
         raise ConfigError("merge_terms needs at least one table")
     options = [terms_options(t) for t in tables]
-    for key in ("normalize", "ngram", "direct_scope"):
-        seen = {o[key] for o in options if key in o}
+    for key in ("normalize", "ngram", "spans", "direct_scope", "min_share"):
+        if key == "spans":
+            seen = {str(bool(o.get(key, False))) for o in options}
+        else:  # a table that does not say is taken at its word
+            seen = {json.dumps(o[key]) for o in options if key in o}
         if len(seen) > 1:
-            raise ConfigError(
-                f"the partial indexes were made with different {key}: {sorted(map(str, seen))}"
-            )
-    df = pl.concat([pl.from_arrow(t) for t in tables], how="vertical")
-    ids = pl.col("patient_ids").explode().drop_nulls().unique(maintain_order=True)
-    if patients_disjoint:
-        patients = pl.col("patients").sum()
-    else:
-        union = ids.len()
-        patients = (
-            pl.when(union < k)
-            .then(union)
-            .otherwise(pl.max_horizontal(pl.col("patients").max(), union))
-        )
+            raise ConfigError(f"the partial indexes were made with different {key}: {sorted(seen)}")
+    spans = bool(options[0].get("spans", False))
+    frames = []
+    for t in tables:
+        if "in_span" not in t.column_names:
+            if spans:
+                raise ConfigError(
+                    "a partial index made with spans has no in_span column (an older "
+                    "phisieve): index the shards again to merge them"
+                )
+            t = t.append_column("in_span", pa.array(np.zeros(t.num_rows, np.uint64)))
+        df = pl.from_arrow(t.select(list(TERMS.names)))
+        assert isinstance(df, pl.DataFrame)
+        frames.append(df)
+    df = pl.concat(frames, how="vertical")
+    # Every (term, patient) pair once, ordered by the patient's hash, then id.
+    pairs = (
+        df.select("term", "n", "patient_ids")
+        .explode("patient_ids")
+        .drop_nulls("patient_ids")
+        .unique()
+    )
+    hashes = _core.id_hashes(pairs.get_column("patient_ids").to_arrow())
+    pairs = pairs.with_columns(hash=pl.from_arrow(hashes)).sort(["hash", "patient_ids"])
+    kept = pairs.group_by(["term", "n"]).agg(
+        patient_ids=pl.col("patient_ids").head(k), union=pl.len()
+    )
+    patients = pl.col("patients").sum() if patients_disjoint else pl.col("patients").max()
     merged = (
-        df.group_by(["term", "n"], maintain_order=True)
+        df.group_by(["term", "n"])
         .agg(
-            patients=patients.cast(pl.UInt32),
-            docs=pl.col("docs").sum().cast(pl.UInt32),
-            count=pl.col("count").sum().cast(pl.UInt64),
-            direct=pl.col("direct").any(),
-            patient_ids=ids.head(k),
+            patients=patients,
+            docs=pl.col("docs").sum(),
+            count=pl.col("count").sum(),
+            in_span=pl.col("in_span").sum(),
         )
-        .with_columns(indirect=pl.col("patients") < k)
-        .select(["term", "n", "patients", "docs", "count", "direct", "indirect", "patient_ids"])
+        .join(kept, on=["term", "n"], how="left")
+        .with_columns(union=pl.col("union").fill_null(0))
+    )
+    if not patients_disjoint:
+        union = pl.col("union")
+        merged = merged.with_columns(
+            patients=pl.when(union < k)
+            .then(union)
+            .otherwise(pl.max_horizontal(pl.col("patients"), union))
+        )
+    if spans:
+        recorded = options[0]
+        direct = direct_expr(
+            recorded.get("direct_scope", DEFAULT_SCOPE),
+            recorded.get("min_share", DEFAULT_MIN_SHARE),
+        )
+    else:
+        direct = pl.lit(False)
+    merged = (
+        merged.with_columns(
+            direct=direct,
+            indirect=pl.col("patients") < k,
+            patient_ids=pl.col("patient_ids").fill_null(pl.lit([], pl.List(pl.String))),
+        )
+        .select(TERMS.names)
         .sort(["n", "term"])
     )
     merged_options = {key: value for o in options for key, value in o.items()}
-    merged_options.update(k=k, spans=any(o.get("spans", False) for o in options))
-    return with_terms_options(merged.to_arrow(), **merged_options)
+    merged_options.update(k=k, spans=spans)
+    return with_terms_options(merged.to_arrow().cast(TERMS), **merged_options)
 
 
 def marker(terms: pa.Table, normalize: str = "nfkc_lower") -> _core.Marker:

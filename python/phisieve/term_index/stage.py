@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigError
 from ..io.dataset import side_file
+from ..io.schema import TERMS
 from ..pipeline.options import option
 from ..pipeline.runner import run_stage
 from ..pipeline.stage import Context, Input, Stage
@@ -199,7 +200,8 @@ class IndexStage(Stage):
         return _Index(terms, stats)
 
     def schema(self, ctx: Context, state: _Index) -> pa.Schema:
-        return state.terms.schema
+        # The terms schema, with the options the index records in its metadata.
+        return TERMS.with_metadata(state.terms.schema.metadata)
 
     def batches(self, ctx: Context, state: _Index) -> Any:
         yield from state.terms.to_batches()
@@ -225,7 +227,10 @@ class MergeOptions:
 
 class MergeStage(Stage):
     """``phisieve merge``: the terms of shards of a corpus, indexed separately, as one index
-    (:func:`phisieve.term_index.merge_terms`)."""
+    (:func:`phisieve.term_index.merge_terms`): counts (``in_span`` included) add, the kept
+    ``patient_ids`` are the k smallest of the union by the id hash, and ``direct`` is marked
+    again under the recorded direct scope; for shards that split patients, the same terms as
+    one index of the whole corpus."""
 
     name = "merge"
     help = "Merge the terms of shards of a corpus (indexed separately) into one index."
@@ -243,7 +248,7 @@ class MergeStage(Stage):
         )
 
     def schema(self, ctx: Context, state: pa.Table) -> pa.Schema:
-        return state.schema
+        return TERMS.with_metadata(state.schema.metadata)
 
     def batches(self, ctx: Context, state: pa.Table) -> Any:
         yield from state.to_batches()
@@ -253,4 +258,5 @@ class MergeStage(Stage):
             terms_options(state),
             merged_from=[str(p) for p in ctx.values["parts"]],
             indirect_terms=int(pc.sum(state.column("indirect")).as_py() or 0),
+            direct_terms=int(pc.sum(state.column("direct")).as_py() or 0),
         )

@@ -21,9 +21,13 @@
 //! * A partition `(modulus, residue)` keeps only the terms whose key hashes to `residue`
 //!   modulo `modulus`: several passes with residues `0..modulus` cover every term once, each
 //!   pass holding a `1/modulus` share of the terms in memory.
+//! * Each term keeps up to `k` patient ids: the `k` smallest by [`id_hash`] of the id (ties by
+//!   the id), listed in that order. They depend on neither the order of the documents nor the
+//!   sharding, and the ids kept by partial indexes merge exactly: the `k` smallest of the
+//!   union of their lists are the `k` smallest of the whole.
 
 use crate::error::{CoreError, Result};
-use crate::hash::{key_hash, partition_hash, Key};
+use crate::hash::{id_hash, key_hash, partition_hash, Key};
 use crate::normalize::{for_each_term, Normalizer};
 use crate::table::{Entry, Table};
 use crate::text::StrCol;
@@ -49,7 +53,8 @@ pub struct IndexConfig {
     /// Largest n-gram length, 1..=4.
     pub max_n: usize,
     /// A term is indirect when fewer than `k` patients use it; up to `k` patient ids are kept
-    /// per term so that partial indexes merge exactly for that test.
+    /// per term (the `k` smallest by [`id_hash`]) so that partial indexes merge exactly for
+    /// that test.
     pub k: u32,
     /// How words become terms.
     pub normalizer: Normalizer,
@@ -104,14 +109,135 @@ pub fn key_len(key: Key) -> usize {
     n
 }
 
-/// Owners beyond the first two (the 3rd..k-th patients) of the terms of a shard, when `k > 2`.
+/// The owners of the terms of a shard between the smallest and the largest kept (the 2nd to
+/// the (k-1)-th, in order), when `k > 2`; [`Entry::owners`] holds the two ends.
 type ExtraOwners = FxHashMap<Key, Vec<u32>>;
+
+/// The order in which terms keep patients: by [`id_hash`] of the id, ties (never seen in
+/// practice) by the id itself. A strict total order on distinct patients.
+#[derive(Clone, Copy)]
+struct PatientOrder<'a> {
+    hashes: &'a [u64],
+    names: &'a Vocab,
+}
+
+impl PatientOrder<'_> {
+    /// Whether patient `a` comes before patient `b`.
+    #[inline(always)]
+    fn less(&self, a: u32, b: u32) -> bool {
+        let (ha, hb) = (self.hashes[a as usize], self.hashes[b as usize]);
+        ha < hb || (ha == hb && self.names.get(a) < self.names.get(b))
+    }
+}
+
+/// Add a patient new to a term to the term's kept owners: the `k` smallest patients so far in
+/// [`PatientOrder`]. With `m = min(e.patients, k)` kept (before this one) in ascending order
+/// `L`, `e.owners[0]` is `L[0]`, `e.owners[1]` is `L[m - 1]` (when `m >= 2`) and `extra[key]`
+/// the ones between. Once `k` are kept, a patient whose hash is above the largest's is
+/// dropped at once, without touching `extra`: the common case, kept inline.
+#[inline(always)]
+fn keep_owner(
+    e: &mut Entry,
+    extra: &mut ExtraOwners,
+    key: Key,
+    patient: u32,
+    k: u32,
+    order: &PatientOrder<'_>,
+) {
+    if e.patients >= k {
+        let largest = e.owners[usize::from(k >= 2)];
+        if order.hashes[patient as usize] > order.hashes[largest as usize] {
+            return;
+        }
+    }
+    insert_owner(e, extra, key, patient, k, order);
+}
+
+/// [`keep_owner`] past its fast check.
+#[inline(never)]
+fn insert_owner(
+    e: &mut Entry,
+    extra: &mut ExtraOwners,
+    key: Key,
+    patient: u32,
+    k: u32,
+    order: &PatientOrder<'_>,
+) {
+    let m = e.patients.min(k);
+    let full = m == k;
+    match m {
+        0 => e.owners[0] = patient,
+        1 if full => {
+            if order.less(patient, e.owners[0]) {
+                e.owners[0] = patient;
+            }
+        }
+        1 => {
+            if order.less(patient, e.owners[0]) {
+                e.owners[1] = e.owners[0];
+                e.owners[0] = patient;
+            } else {
+                e.owners[1] = patient;
+            }
+        }
+        _ => {
+            let before_last = order.less(patient, e.owners[1]);
+            if full && !before_last {
+                return;
+            }
+            if k == 2 {
+                // Full, and the patient comes before the largest: the largest goes.
+                if order.less(patient, e.owners[0]) {
+                    e.owners[1] = e.owners[0];
+                    e.owners[0] = patient;
+                } else {
+                    e.owners[1] = patient;
+                }
+                return;
+            }
+            let middle = extra
+                .entry(key)
+                .or_insert_with(|| Vec::with_capacity(k as usize - 2));
+            if !before_last {
+                // Room left, and the patient is the largest.
+                middle.push(e.owners[1]);
+                e.owners[1] = patient;
+                return;
+            }
+            if full {
+                // The largest goes: the patient or the largest of the others takes its place.
+                let last = *middle.last().expect("k > 2 kept");
+                if order.less(last, patient) {
+                    e.owners[1] = patient;
+                    return;
+                }
+                e.owners[1] = last;
+                middle.pop();
+            }
+            // The patient goes in order among `owners[0]` and `middle`.
+            if order.less(patient, e.owners[0]) {
+                middle.insert(0, e.owners[0]);
+                e.owners[0] = patient;
+            } else {
+                let at = middle.partition_point(|&q| order.less(q, patient));
+                middle.insert(at, patient);
+            }
+        }
+    }
+}
 
 /// Count one occurrence of `key` in document `doc` of patient `patient` into its entry.
 /// Documents and patients are counted on first sight, which is exact because the input is
 /// grouped by patient and each entry sees its occurrences in input order.
 #[inline(always)]
-fn count_entry(e: &mut Entry, extra: &mut ExtraOwners, key: Key, doc: u32, patient: u32, k: u32) {
+fn count_entry(
+    e: &mut Entry,
+    extra: &mut ExtraOwners,
+    key: Key,
+    (doc, patient): (u32, u32),
+    k: u32,
+    order: &PatientOrder<'_>,
+) {
     e.count += 1;
     let doc_tag = doc % u32::MAX + 1;
     if e.last_doc != doc_tag {
@@ -120,11 +246,7 @@ fn count_entry(e: &mut Entry, extra: &mut ExtraOwners, key: Key, doc: u32, patie
         let patient_tag = patient + 1;
         if e.last_patient != patient_tag {
             e.last_patient = patient_tag;
-            if e.patients < 2 {
-                e.owners[e.patients as usize] = patient;
-            } else if e.patients < k {
-                extra.entry(key).or_default().push(patient);
-            }
+            keep_owner(e, extra, key, patient, k, order);
             e.patients += 1;
         }
     }
@@ -139,9 +261,9 @@ struct Shard {
 
 impl Shard {
     #[inline(always)]
-    fn count(&mut self, key: Key, hash: u64, doc: u32, patient: u32, k: u32) {
+    fn count(&mut self, key: Key, hash: u64, at: (u32, u32), k: u32, order: &PatientOrder<'_>) {
         let e = self.table.entry(key, hash);
-        count_entry(e, &mut self.extra_owners, key, doc, patient, k);
+        count_entry(e, &mut self.extra_owners, key, at, k, order);
     }
 }
 
@@ -220,7 +342,8 @@ pub struct TermRow {
     pub docs: u32,
     pub count: u64,
     pub indirect: bool,
-    /// Up to `k` ids of patients using the term: the first ones in input order.
+    /// Up to `k` ids of patients using the term: the smallest by [`id_hash`] (ties by the
+    /// id), in that order.
     pub patient_ids: Vec<String>,
 }
 
@@ -240,6 +363,8 @@ pub struct IndexBuilder {
     cfg: IndexConfig,
     vocab: Vocab,
     patients: Vocab,
+    /// [`id_hash`] of each patient id, by patient number.
+    patient_hashes: Vec<u64>,
     finished_patients: Vec<bool>,
     last_patient: Option<u32>,
     /// Per worker, its shards and single-word arrays: workers count disjoint sets of terms.
@@ -269,6 +394,7 @@ impl IndexBuilder {
             cfg,
             vocab: Vocab::default(),
             patients: Vocab::default(),
+            patient_hashes: Vec::new(),
             finished_patients: Vec::new(),
             last_patient: None,
             workers: Vec::new(),
@@ -325,9 +451,10 @@ impl IndexBuilder {
         let word = avg(self.vocab.text_bytes(), words) + 1;
         let patient = avg(self.patients.text_bytes(), self.patients.len()) + 4;
         let sort = words * 8 + terms * (std::mem::size_of::<(u8, u128, u64)>() + 8);
-        // Per output row: the term (n words), its offset, n, patients, docs, count, the
-        // flags, the patient-id list offset and the ids.
-        let row = self.cfg.max_n * word + 4 + 1 + 4 + 4 + 8 + 1 + 4 + self.cfg.k as usize * patient;
+        // Per output row: the term (n words), its offset, n, patients, docs, count, in_span,
+        // the flags, the patient-id list offset and the ids.
+        let row =
+            self.cfg.max_n * word + 4 + 1 + 4 + 4 + 8 + 8 + 1 + 4 + self.cfg.k as usize * patient;
         sort + terms * row
     }
 
@@ -373,6 +500,7 @@ impl IndexBuilder {
             let p = self.patients.intern_str(pid);
             if p as usize == self.finished_patients.len() {
                 self.finished_patients.push(false);
+                self.patient_hashes.push(id_hash(pid));
             }
             if Some(p) != self.last_patient {
                 if let Some(c) = self.last_patient {
@@ -438,12 +566,17 @@ impl IndexBuilder {
             ));
             start = end;
         }
+        let order = PatientOrder {
+            hashes: &self.patient_hashes,
+            names: &self.patients,
+        };
         count_units_parallel(
             &mut self.workers,
             self.pool.as_deref(),
             &self.cfg,
             &units,
             self.vocab.len(),
+            &order,
         );
         Ok(())
     }
@@ -591,21 +724,26 @@ impl IndexBuilder {
         Ok(self.install(build))
     }
 
-    /// The owners of an entry: up to `k` patient indices, first ones in input order.
+    /// The owners of an entry: up to `k` patient indices, the smallest in [`PatientOrder`],
+    /// in that order (see [`keep_owner`]).
     fn owners<'a>(
         &self,
         key: Key,
         e: &'a Entry,
         extra: &'a ExtraOwners,
     ) -> impl Iterator<Item = u32> + 'a {
-        let k = self.cfg.k;
-        let inline = e.patients.min(k).min(2) as usize;
-        let more = if k > 2 {
+        let m = e.patients.min(self.cfg.k) as usize;
+        let middle = if m > 2 {
             extra.get(&key).map_or(&[][..], |v| v.as_slice())
         } else {
             &[]
         };
-        e.owners[..inline].iter().chain(more.iter()).copied()
+        let last = if m >= 2 { &e.owners[1..] } else { &[] };
+        e.owners[..m.min(1)]
+            .iter()
+            .chain(middle.iter())
+            .chain(last.iter())
+            .copied()
     }
 
     /// The term string of a key: its words joined by single spaces.
@@ -683,6 +821,8 @@ impl IndexBuilder {
                 Arc::new(UInt64Array::from_iter_values(
                     rows.iter().map(|r| r.1.count),
                 )),
+                // in_span and direct: filled from the spans, when given, by the Python layer.
+                Arc::new(UInt64Array::from(vec![0u64; rows.len()])),
                 Arc::new(BooleanArray::from(vec![false; rows.len()])),
                 Arc::new(BooleanArray::from_iter(
                     rows.iter().map(|r| Some(r.1.patients < k)),
@@ -761,6 +901,7 @@ fn count_units_parallel(
     cfg: &IndexConfig,
     units: &[Unit<'_>],
     vocab_len: usize,
+    order: &PatientOrder<'_>,
 ) {
     if units.is_empty() {
         return;
@@ -774,7 +915,7 @@ fn count_units_parallel(
     let mut work = || {
         workers
             .par_iter_mut()
-            .for_each(|worker| count_units(units, cfg, worker, vocab_len));
+            .for_each(|worker| count_units(units, cfg, worker, vocab_len, order));
     };
     match pool {
         Some(p) => p.install(work),
@@ -791,7 +932,13 @@ fn dense_unigrams(cfg: &IndexConfig) -> bool {
 /// Count the n-grams of documents whose first word the worker owns, in order, into its
 /// shards (single words into its arrays when [`dense_unigrams`]), prefetching table slots a
 /// few updates ahead.
-fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, worker: &mut Worker, vocab_len: usize) {
+fn count_units(
+    units: &[Unit<'_>],
+    cfg: &IndexConfig,
+    worker: &mut Worker,
+    vocab_len: usize,
+    order: &PatientOrder<'_>,
+) {
     let filter = cfg.modulus > 1;
     let (m, r) = (cfg.modulus as u64, cfg.residue as u64);
     let pow2 = cfg.modulus.is_power_of_two();
@@ -828,7 +975,8 @@ fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, worker: &mut Worker, vocab
             let mut key: Key = first as Key + 1;
             if dense {
                 let e = &mut unigrams.classes[first % CLASSES][first / CLASSES];
-                count_entry(e, &mut unigrams.extra_owners, key, doc, patient, cfg.k);
+                let at = (doc, patient);
+                count_entry(e, &mut unigrams.extra_owners, key, at, cfg.k, order);
             }
             for n in first_n..cfg.max_n.min(ids.len() - i) {
                 key |= ((ids[i + n] as u128) + 1) << (32 * n);
@@ -839,7 +987,7 @@ fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, worker: &mut Worker, vocab
                 shards[shard_of_hash(h)].table.prefetch(h);
                 if pending == AHEAD {
                     let (k0, h0, d0, p0) = ring[head];
-                    shards[shard_of_hash(h0)].count(k0, h0, d0, p0, cfg.k);
+                    shards[shard_of_hash(h0)].count(k0, h0, (d0, p0), cfg.k, order);
                     head = (head + 1) % AHEAD;
                     pending -= 1;
                 }
@@ -850,11 +998,13 @@ fn count_units(units: &[Unit<'_>], cfg: &IndexConfig, worker: &mut Worker, vocab
     }
     for j in 0..pending {
         let (k0, h0, d0, p0) = ring[(head + j) % AHEAD];
-        shards[shard_of_hash(h0)].count(k0, h0, d0, p0, cfg.k);
+        shards[shard_of_hash(h0)].count(k0, h0, (d0, p0), cfg.k, order);
     }
 }
 
-/// The Arrow schema of the `terms` table as the index writes it.
+/// The Arrow schema of the `terms` table as the index writes it. `in_span` (a single word's
+/// occurrences inside direct-identifier spans) and `direct` are written as 0 and false: the
+/// Python layer fills them when the index is given spans.
 pub fn terms_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("term", DataType::Utf8, false),
@@ -862,6 +1012,7 @@ pub fn terms_schema() -> Arc<Schema> {
         Field::new("patients", DataType::UInt32, false),
         Field::new("docs", DataType::UInt32, false),
         Field::new("count", DataType::UInt64, false),
+        Field::new("in_span", DataType::UInt64, false),
         Field::new("direct", DataType::Boolean, false),
         Field::new("indirect", DataType::Boolean, false),
         Field::new(
@@ -990,8 +1141,93 @@ mod tests {
         };
         let rows = run(DOCS, cfg, 5);
         let chest = rows.iter().find(|r| r.term == "chest").unwrap();
-        assert_eq!(chest.patient_ids, ["p1", "p2", "p3"]);
+        // By id_hash: p3 (0x19ca...) < p1 (0x5b05...) < p2 (0xc905...).
+        assert_eq!(chest.patient_ids, ["p3", "p1", "p2"]);
         assert!(chest.indirect);
+    }
+
+    /// The patient ids a term keeps are the `k` smallest by `(id_hash, id)`, in that order,
+    /// whatever the order of the patients, the batching, the threads and the partitions.
+    #[test]
+    fn kept_patients_are_the_k_smallest_by_hash() {
+        // Six patients, each a few notes; every patient uses "common", some "some".
+        let patients: Vec<String> = (0..6).map(|i| format!("patient-{i}")).collect();
+        let notes = |p: usize| -> Vec<String> {
+            let mut v = vec![format!("common w{p} c{}", p % 2)];
+            if p % 3 != 0 {
+                v.push(format!("some common x{}", p % 3));
+            }
+            v
+        };
+        // Orders of the patients (documents stay grouped): a few fixed permutations.
+        let orders: [[usize; 6]; 4] = [
+            [0, 1, 2, 3, 4, 5],
+            [5, 4, 3, 2, 1, 0],
+            [2, 5, 0, 3, 1, 4],
+            [3, 0, 4, 1, 5, 2],
+        ];
+        let mut want_all: Option<Vec<TermRow>> = None;
+        for k in 1..=4u32 {
+            want_all = None;
+            for order in &orders {
+                let owned: Vec<(String, String)> = order
+                    .iter()
+                    .flat_map(|&p| notes(p).into_iter().map(move |t| (p, t)))
+                    .map(|(p, t)| (patients[p].clone(), t))
+                    .collect();
+                let docs: Vec<(&str, &str)> = owned
+                    .iter()
+                    .map(|(p, t)| (p.as_str(), t.as_str()))
+                    .collect();
+                for (batch, threads, modulus) in [(1, 1, 1u32), (3, 2, 1), (2, 3, 2)] {
+                    let mut rows = Vec::new();
+                    for residue in 0..modulus {
+                        let cfg = IndexConfig {
+                            max_n: 2,
+                            k,
+                            modulus,
+                            residue,
+                            threads,
+                            ..Default::default()
+                        };
+                        rows.extend(run(&docs, cfg, batch));
+                    }
+                    rows.sort_by(|a, b| (a.n, &a.term).cmp(&(b.n, &b.term)));
+                    // The reference: each term's patients, sorted by (id_hash, id), first k.
+                    for r in &rows {
+                        let mut users: Vec<&str> = docs
+                            .iter()
+                            .filter(|(_, t)| {
+                                let words: Vec<&str> = t.split(' ').collect();
+                                words.windows(r.n as usize).any(|w| w.join(" ") == r.term)
+                            })
+                            .map(|(p, _)| *p)
+                            .collect();
+                        users.sort_by_key(|p| (id_hash(p), p.to_string()));
+                        users.dedup();
+                        users.truncate(k as usize);
+                        assert_eq!(r.patient_ids, users, "k={k} term={}", r.term);
+                    }
+                    match &want_all {
+                        None => want_all = Some(rows),
+                        Some(w) => assert_eq!(&rows, w, "k={k} order={order:?}"),
+                    }
+                }
+            }
+        }
+        assert!(want_all.is_some());
+    }
+
+    #[test]
+    fn patient_order_breaks_hash_ties_by_id() {
+        let mut names = Vocab::default();
+        let (a, b) = (names.intern_str("b"), names.intern_str("a"));
+        let hashes = [7u64, 7];
+        let order = PatientOrder {
+            hashes: &hashes,
+            names: &names,
+        };
+        assert!(order.less(b, a) && !order.less(a, b) && !order.less(a, a));
     }
 
     #[test]

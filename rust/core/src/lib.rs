@@ -4,7 +4,8 @@
 //!   code-point offsets.
 //! * [`normalize`]: term normalisation (NFKC + lower-case by default).
 //! * [`vocab`]: an exact string interner.
-//! * [`hash`]: n-gram keys ([`hash::Key`]) and the integer hashes over them (a leaf module).
+//! * [`hash`]: n-gram keys ([`hash::Key`]), the integer hashes over them and the fixed hash
+//!   of a patient id that orders the patients a term keeps (a leaf module).
 //! * [`index`]: the patient x term index (distinct patients, documents and occurrences per
 //!   word n-gram), multithreaded over record batches, exact for any thread count or batching.
 //! * [`marker`]: marks the words of a text that a blacklist of indirect n-grams protects.

@@ -14,7 +14,8 @@ pub struct Entry {
     /// once (the input is grouped by patient); 0 before the first.
     pub last_doc: u32,
     pub last_patient: u32,
-    /// The first two patients (in input order) that used the term: `owners[..patients]`.
+    /// The smallest and the largest of the up-to-`k` patients the term keeps (the `k` smallest
+    /// by `id_hash` of the id; one patient: `owners[0]` only). See `index::keep_owner`.
     pub owners: [u32; 2],
 }
 

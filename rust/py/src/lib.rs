@@ -670,6 +670,22 @@ fn keyed_draws<'py>(
     to_pyarrow(py, Arc::new(arrow_array::UInt64Array::from(draws)))
 }
 
+/// The fixed hash of each id of a string array (`phisieve_core::hash::id_hash`: FNV-1a 64
+/// over the UTF-8 bytes, finished with SplitMix64's output function), as a `uint64` array;
+/// null for a null id. The index keeps per term the `k` patients smallest by it.
+#[pyfunction]
+fn id_hashes<'py>(py: Python<'py>, ids: PyArray) -> PyResult<Bound<'py, PyAny>> {
+    use phisieve_core::hash::id_hash;
+    let (ids, _) = ids.into_inner();
+    let col = StrCol::new(&ids, "id").map_err(|e| to_py_err(py, e))?;
+    let hashes = run(py, move || {
+        Ok(arrow_array::UInt64Array::from_iter(
+            (0..col.len()).map(|i| col.get(i).map(id_hash)),
+        ))
+    })?;
+    to_pyarrow(py, Arc::new(hashes))
+}
+
 /// Replace code-point ranges of texts: edit `i` puts `with_[i]` in place of
 /// `starts[i]..ends[i]` of `texts[rows[i]]` (rows not decreasing; one row's edits sorted and
 /// disjoint). Returns `(texts, starts, ends)`: the new texts (large_string) and each
@@ -837,6 +853,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mask_batch, m)?)?;
     m.add_function(wrap_pyfunction!(find_placeholders, m)?)?;
     m.add_function(wrap_pyfunction!(keyed_draws, m)?)?;
+    m.add_function(wrap_pyfunction!(id_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(splice, m)?)?;
     m.add_function(wrap_pyfunction!(detect_rules, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize, m)?)?;
