@@ -21,6 +21,7 @@ import pytest
 from phisieve.errors import ConfigError, InputError, PhisieveError
 from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
 from phisieve.io.schema import SPANS
+from phisieve.io.sources import open_source
 from phisieve.phi.canaries import (
     CANARIES_FILE,
     KINDS,
@@ -34,6 +35,8 @@ from phisieve.phi.canaries import (
     space_size,
 )
 from phisieve.pipeline.runner import run_stage
+from phisieve.pipeline.stage import Context
+from phisieve.pipeline.stats import Stats
 from phisieve.synthetic.generate import synth
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
@@ -58,6 +61,12 @@ def hmac_draw(key: bytes, *parts: str) -> int:
     return int.from_bytes(mac.digest()[:8], "big")
 
 
+def host_order(key: bytes, canary_id: str, doc_ids: list[str]) -> list[str]:
+    """The order a canary's repeats go round-robin over its patient's notes: by the keyed draw
+    of (canary_id, doc_id), ties by doc_id; never the order the rows come in."""
+    return sorted(doc_ids, key=lambda d: (hmac_draw(key, "host", canary_id, d), d))
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """40 synthetic patients with 2-8 notes each."""
@@ -70,6 +79,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def planted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("canaries") / "out"
     return out, insert_canaries(corpus, out, SECRET, n=30)
+
+
+# The first three hosts of each canary of test_uneven_split... under SECRET (patients p5, p0,
+# p3, p6, p8, p7, p2; p6, p0 and p3 have one note, p7 and p5 two, p8 and p2 three).
+EXPECTED_HOSTS = [
+    ["p5-1"], ["p0-0"], ["p3-0"], ["p6-0"] * 3, ["p8-2", "p8-1", "p8-0"],
+    ["p7-0", "p7-1", "p7-0"], ["p2-2", "p2-0", "p2-1"],
+]  # fmt: skip
 
 
 def small_docs(notes: dict[str, int]) -> pa.Table:
@@ -264,8 +281,13 @@ def test_each_sentence_occurs_repeats_times_in_its_patients_notes_only(corpus, p
         assert sum(counts.values()) == c["repeats"]
         assert {owner[d] for d in counts} == {c["patient_id"]}
         assert counts == Counter(c["doc_ids"])
-        mine = notes[c["patient_id"]]
+        # Round-robin over the patient's notes in keyed doc_id order: every note gets
+        # repeats // notes insertions, or one more.
+        mine = host_order(SECRET, c["canary_id"], notes[c["patient_id"]])
         assert c["doc_ids"] == [mine[k % len(mine)] for k in range(c["repeats"])]
+        per_note = Counter(c["doc_ids"])
+        fewest = c["repeats"] // len(mine)
+        assert all(fewest <= per_note[d] <= fewest + 1 for d in mine)
 
 
 def test_notes_keep_their_text_as_a_prefix_and_other_rows_are_identical(corpus, planted):
@@ -312,13 +334,90 @@ def test_a_different_secret_plants_different_canaries(corpus, planted, tmp_path)
     assert len({r["secret"] for r in mine} & {r["secret"] for r in other}) < 3
 
 
-def test_canaries_do_not_depend_on_row_order(tmp_path):
+def by_doc(table: pa.Table) -> dict[str, dict]:
+    return {r["doc_id"]: r for r in table.to_pylist()}
+
+
+def shuffled(table: pa.Table, seed: int, grouped: bool) -> pa.Table:
+    """The rows in a random order: each patient's notes still together (in a random order
+    within the patient and among patients), or scattered."""
+    rng = np.random.default_rng(seed)
+    if not grouped:
+        return table.take(rng.permutation(table.num_rows))
+    rows: dict[str, list[int]] = {}
+    for i, p in enumerate(table.column("patient_id").to_pylist()):
+        rows.setdefault(p, []).append(i)
+    order = []
+    for p in rng.permutation(sorted(rows)).tolist():
+        order.extend(rng.permutation(rows[p]).tolist())
+    return table.take(order)
+
+
+def random_batches(table: pa.Table, seed: int) -> list[pa.RecordBatch]:
+    """The rows shuffled and cut into batches of random sizes (1 row to a quarter)."""
+    rng = np.random.default_rng(seed)
+    rows = table.take(rng.permutation(table.num_rows)).combine_chunks()
+    cuts, at = [], 0
+    while at < rows.num_rows:
+        k = int(rng.integers(1, max(2, rows.num_rows // 4)))
+        cuts.append(rows.slice(at, k).to_batches()[0])
+        at += k
+    return cuts
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_canaries_do_not_depend_on_row_order(tmp_path, grouped):
     table = small_docs({f"p{i}": 1 + i % 3 for i in range(9)})
     insert_canaries(table, tmp_path / "a", SECRET, n=7)
-    insert_canaries(table.take(list(range(table.num_rows))[::-1]), tmp_path / "b", SECRET, n=7)
-    keys = ["canary_id", "patient_id", "kind", "secret", "repeats"]
-    a = read_canaries(tmp_path / "a").select(keys)
-    assert a.equals(read_canaries(tmp_path / "b").select(keys))
+    for seed in range(3):
+        b = tmp_path / f"b{seed}"
+        insert_canaries(shuffled(table, seed, grouped), b, SECRET, n=7)
+        # The same canaries in the same notes: equal side files, equal rows by doc_id.
+        assert read_canaries(b).equals(read_canaries(tmp_path / "a"))
+        assert by_doc(read(b)) == by_doc(read(tmp_path / "a"))
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 5, 4096])
+def test_canaries_do_not_depend_on_batch_size(corpus, planted, tmp_path, batch_rows):
+    out, _ = planted
+    stage = CanariesStage(n=30, secret=SECRET)
+    stage.batch_rows = batch_rows  # the rows per batch of the reduce's scans and the map
+    run_stage(stage, {"docs": corpus}, tmp_path / "out")
+    assert read_canaries(tmp_path / "out").equals(read_canaries(out))
+    assert read(tmp_path / "out").equals(read(out))
+
+
+def test_the_batch_function_takes_any_subset_of_rows(corpus, planted):
+    # One reduce over the corpus, then the batch function over the rows shuffled and cut
+    # anywhere (a patient's notes split over batches, in any order): every row comes out as
+    # the whole run wrote it.
+    out, _ = planted
+    docs = read(corpus)
+    stage = CanariesStage(n=30, secret=SECRET)
+    ctx = Context(stage, {"docs": open_source(docs, 7)}, {}, Path("unused"))
+    state = stage.reduce(ctx)
+    want = by_doc(read(out))
+    for seed in range(3):
+        got: dict[str, dict] = {}
+        for batch in random_batches(docs, seed):
+            got.update(by_doc(pa.Table.from_batches([stage.map(batch, state, Stats())])))
+        assert got == want
+
+
+def test_canary_notes_must_have_distinct_doc_ids(tmp_path):
+    table = small_docs({"a": 2, "b": 2})
+    twice = table.set_column(0, "doc_id", pa.array(["a-0", "a-0", "b-0", "b-1"]))
+    with pytest.raises(InputError, match="doc_id 'a-0' names several notes"):
+        insert_canaries(twice, tmp_path / "x", SECRET, n=2)
+    # One doc_id in two patients is no ambiguity: notes are addressed by (patient, doc_id).
+    shared = table.set_column(0, "doc_id", pa.array(["n0", "n1", "n0", "n1"]))
+    insert_canaries(shared, tmp_path / "ok", SECRET, n=2, repeats=(4,))
+    after = read(tmp_path / "ok")
+    for c in read_canaries(tmp_path / "ok").to_pylist():
+        mine = [t for t in after.to_pylist() if t["patient_id"] == c["patient_id"]]
+        assert sum(t["text"].count(sentence(c)) for t in mine) == 4
+        assert sum(t["text"].count(sentence(c)) for t in after.to_pylist()) == 4
+    assert not (tmp_path / "x").exists()
 
 
 def test_uneven_split_round_robin_and_spans_stay_valid(tmp_path):
@@ -339,9 +438,14 @@ def test_uneven_split_round_robin_and_spans_stay_valid(tmp_path):
         (span,) = t["spans"]
         assert t["text"][span["start"] : span["end"]] == "Hale"
         assert t["text"].startswith(f"Pt {t['patient_id']} seen by Dr Hale on day ")
+    # The hosts go round-robin over each patient's notes in the keyed order of their doc_ids
+    # (host_order), not in the order the rows come in (which the stage once used).
     for r in rows:
         k = int(r["patient_id"][1:]) % 3 + 1
-        assert r["doc_ids"] == [f"{r['patient_id']}-{i % k}" for i in range(r["repeats"])]
+        mine = host_order(SECRET, r["canary_id"], [f"{r['patient_id']}-{i}" for i in range(k)])
+        assert r["doc_ids"] == [mine[i % k] for i in range(r["repeats"])]
+    # The exact hosts of this key: the patients with 2 or 3 notes do not start at note 0.
+    assert [r["doc_ids"][:3] for r in rows] == EXPECTED_HOSTS
 
 
 def test_nothing_secret_in_the_manifest(planted):

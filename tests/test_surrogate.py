@@ -722,12 +722,17 @@ def test_placeholder_ids_count_up_per_patient_and_repeat_for_equal_text():
             "spans": [spans(t, w) for t, w in zip(texts, words, strict=True)],
         }
     )
-    out, _ = to_placeholders(docs(texts, ["p", "p", "q"]), gold)
-    assert out.column("text").to_pylist() == [
+    want = [
         "Pt [**Known lastname 1**] here",
         "pt [**Known lastname 1**] and [**Known lastname 2**]",
         "Pt [**Known lastname 1**] again",
     ]
+    out, _ = to_placeholders(docs(texts, ["p", "p", "q"]), gold)
+    assert out.column("text").to_pylist() == want
+    # The ids count up over each patient's notes in doc_id order (d0, d1), not in the order
+    # the rows come in: the notes reversed get the same placeholders.
+    out, _ = to_placeholders(docs(texts, ["p", "p", "q"])[::-1], gold[::-1])
+    assert out.column("text").to_pylist() == want[::-1]
 
 
 def test_read_physionet_gold_names_the_bad_line(tmp_path):
@@ -840,3 +845,117 @@ def test_surrogate_spans_go_back_to_placeholders_of_the_same_kinds(tmp_path):
     assert "spans" not in back.schema.names
     again = find(back.column("text"))
     assert [k or "unknown" for k in again.column("kind").to_pylist()] == labels
+
+
+# --------------------------------------------------------------------------------------------
+# The surrogate stage's output does not depend on the order or batching of its rows: each
+# document's output is a pure function of the secret, the reduce's date anchors and that
+# document's row (the filler's counters only count, its Faker pool is a cache of keyed values).
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    """A synthetic corpus (25 patients) and two notes of odd placeholders."""
+    import phisieve
+
+    table = pa.Table.from_batches(list(phisieve.synth_batches(patients=25, seed=2)))
+    # With an unknown category that two patients use, an impossible date and stray markers.
+    texts = [
+        "[**Weird 6**] [**2150-13-45**] [**3/4**] [**Known lastname 1**] [** **] [**",
+        "[**Weird 6**] [**Known lastname 1**] [**Age over 90 **] **]",
+    ]
+    extra = [
+        {**table.slice(0, 1).to_pylist()[0], "doc_id": f"x{i}", "patient_id": f"p-x{i}",
+         "text": t}
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    return pa.concat_tables([table, pa.Table.from_pylist(extra, schema=table.schema)])
+
+
+def _stage_run(table, out, batch_rows=None):
+    from phisieve.phi.surrogate import SurrogateStage
+    from phisieve.pipeline.runner import run_stage
+
+    stage = SurrogateStage(secret=SECRET, report_unknown_categories=True)
+    if batch_rows is not None:
+        stage.batch_rows = batch_rows
+    manifest = run_stage(stage, {"docs": table}, out)
+    return pq.read_table(out), {k: v for k, v in manifest.items() if k not in _RUN_KEYS}
+
+
+_RUN_KEYS = {"inputs", "write_id"}  # the input table's identity, and the write's own id
+
+
+def _rows_by_doc(table):
+    return {r["doc_id"]: r for r in table.to_pylist()}
+
+
+def _permuted(table, seed, grouped):
+    rng = random.Random(seed)
+    if not grouped:
+        order = list(range(table.num_rows))
+        rng.shuffle(order)
+        return table.take(order)
+    rows: dict[str, list[int]] = {}
+    for i, p in enumerate(table.column("patient_id").to_pylist()):
+        rows.setdefault(p, []).append(i)
+    patients = sorted(rows)
+    rng.shuffle(patients)
+    order = []
+    for p in patients:
+        mine = list(rows[p])
+        rng.shuffle(mine)
+        order += mine
+    return table.take(order)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_surrogate_stage_does_not_depend_on_row_order(synthetic, tmp_path, grouped):
+    want, counts = _stage_run(synthetic, tmp_path / "a")
+    assert counts["filled"] > 300 and counts["unknown"]["categories"] == 1
+    assert counts["unknown_categories"] == {"Weird": 2} and counts["dates_clamped"] >= 1
+    for seed in range(2):
+        counts_ = dict(counts)
+        got, got_counts = _stage_run(_permuted(synthetic, seed, grouped), tmp_path / f"b{seed}")
+        assert _rows_by_doc(got) == _rows_by_doc(want)
+        # The same counts; only the files' digests differ (the rows are in the input's order).
+        for key in ("files", "fingerprint"):
+            del got_counts[key], counts_[key]
+        assert got_counts == counts_
+
+
+@pytest.mark.parametrize("batch_rows", [1, 7, 100_000])
+def test_surrogate_stage_does_not_depend_on_batch_size(synthetic, tmp_path, batch_rows):
+    want, counts = _stage_run(synthetic, tmp_path / "a")
+    got, got_counts = _stage_run(synthetic, tmp_path / "b", batch_rows)
+    assert got.equals(want)
+    assert got_counts == counts  # the same files too: part files never depend on batching
+
+
+def test_the_surrogate_batch_function_takes_any_subset_of_rows(synthetic, tmp_path):
+    # One reduce (the date anchors); then the batch function over the rows shuffled and cut
+    # anywhere, with the reduce's state carried over from batch to batch, or a fresh state per
+    # batch (nothing an earlier batch left in the state changes a later batch's output).
+    from phisieve.io.sources import open_source
+    from phisieve.phi.surrogate import SurrogateStage
+    from phisieve.pipeline.stage import Context
+    from phisieve.pipeline.stats import Stats
+
+    want, _ = _stage_run(synthetic, tmp_path / "a")
+    stage = SurrogateStage(secret=SECRET)
+    ctx = Context(stage, {"docs": open_source(synthetic, 5)}, {}, tmp_path / "x")
+    state = stage.reduce(ctx)
+    shuffled = _permuted(synthetic, 7, grouped=False)
+    rng = random.Random(7)
+    carried: dict[str, dict] = {}
+    fresh: dict[str, dict] = {}
+    at = 0
+    while at < shuffled.num_rows:
+        k = rng.randint(1, 20)
+        batch = shuffled.slice(at, k).combine_chunks().to_batches()[0]
+        out = stage.map(batch, state, Stats())
+        carried.update(_rows_by_doc(pa.Table.from_batches([out])))
+        new = SurrogateFiller(SECRET, anchors=dict(state.anchors))
+        fresh.update(_rows_by_doc(pa.Table.from_batches([new.fill(batch)])))
+        at += k
+    assert carried == fresh == _rows_by_doc(want)

@@ -256,6 +256,7 @@ class SplitStage(Stage):
     inputs = (Input("docs", "The documents dataset.", positional=True),)
     output = Output(DATASETS, "Output folder: one dataset per part.")
     main = "docs"
+    distributed = True
     batch_rows = 16_384
 
     def _fractions(self) -> dict[str, float]:
@@ -319,6 +320,19 @@ class SplitStage(Stage):
                 state.patients[name].update(pc.unique(part.column("patient_id")).to_pylist())
             out[name] = part
         return out
+
+    def gather(self, state: _Assignment) -> Any:
+        out = (state.rows, state.patients)
+        state.rows = dict.fromkeys(state.rows, 0)
+        state.patients = {n: set() for n in state.patients}
+        return out
+
+    def absorb(self, state: _Assignment, gathered: list[Any]) -> None:
+        for rows, patients in gathered:
+            for name, n in rows.items():
+                state.rows[name] += n
+            for name, ids in patients.items():
+                state.patients[name].update(ids)
 
     def finish(self, ctx: Context, state: _Assignment) -> None:
         by = self.options.by

@@ -9,11 +9,12 @@ each planted secret over the other values of its kind: the canary's *exposure*,
 rank is estimated on :func:`candidates` drawn from it.
 
 Every choice is a pure function of the secret key and the input (HMAC-SHA256 keyed draws,
-:func:`phisieve._core.keyed_draws`): the patients that receive canaries, the secrets, and so
-the output bytes. Without the key the canaries cannot be recomputed from the input; the key
-never travels with the output, and nothing the stage writes or raises shows a secret except
-the side file, whose very purpose is to hold them (keep it away from the people the trained
-model is shared with).
+:func:`phisieve._core.keyed_draws`): the patients that receive canaries, the secrets, the
+notes that host them (by keyed draws of their ``doc_id``), and so the output bytes, whatever
+the order of the rows or how they are cut into batches. Without the key the canaries cannot
+be recomputed from the input; the key never travels with the output, and nothing the stage
+writes or raises shows a secret except the side file, whose very purpose is to hold them
+(keep it away from the people the trained model is shared with).
 
 Canaries are appended to the end of notes after a newline, so every character offset of the
 existing text (a gold ``spans`` column, for instance) stays valid.
@@ -22,6 +23,7 @@ existing text (a gold ``spans`` column, for instance) stays valid.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -357,10 +359,12 @@ def insert_canaries(
     Each canary goes to its own patient (chosen by ``HMAC-SHA256(secret, patient_id)``), its
     secret is ``secret_at(kind, HMAC(secret, canary_id) mod space)``, and its sentence
     (``prefix + secret + suffix``, :data:`KINDS`) is appended ``repeats`` times to the
-    patient's notes, round-robin over them in the order they come, each time after a
-    newline at the end of the note. Existing text keeps its offsets; other rows and columns
-    are unchanged. Three streaming reads of the input: the patients, the notes of the chosen
-    ones, then the copy.
+    patient's notes, round-robin over them in the order of ``HMAC(secret, canary_id,
+    doc_id)`` (so each note gets ``repeats // notes`` or one more), each time after a
+    newline at the end of the note. Notes are addressed by ``(patient_id, doc_id)``, never by
+    position, so the output does not depend on the order of the rows or their batching.
+    Existing text keeps its offsets; other rows and columns are unchanged. Three streaming
+    reads of the input: the patients, the notes of the chosen ones, then the copy.
 
     Parameters
     ----------
@@ -397,7 +401,8 @@ def insert_canaries(
     ConfigError
         A weak key, a bad option, or more canaries than patients.
     InputError
-        A missing column, a one-shot stream, or a chosen note without text.
+        A missing column, a one-shot stream, a chosen note without text, or a chosen
+        patient's notes without distinct doc_ids.
     """
     n, repeats, kinds = _check_plan(n, repeats, kinds)
     stage = CanariesStage(
@@ -419,13 +424,21 @@ class CanariesOptions:
 @dataclass
 class _Insertion:
     """What the reduce of the canaries stage found: the text to append to each chosen note
-    (by row number in the input), the canaries' table, and the stats."""
+    (by ``(patient_id, doc_id)``), the chosen patients, the canaries' table, and the stats."""
 
-    appended: dict[int, list[str]]
-    targets: np.ndarray
+    appended: dict[tuple[str, Any], str]
+    patients: pa.Array
     table: pa.Table
     stats: dict[str, Any]
-    row: int = 0
+
+
+def _hosts(secret: bytes, canary_id: str, notes: list[Any], doc_type: pa.DataType) -> list[Any]:
+    """The notes (doc_ids) that receive a canary's repeats, in the order they receive them: the
+    patient's notes sorted by a keyed draw of (canary, doc_id), ties by doc_id."""
+    docs = sorted(notes)
+    as_text = pc.cast(pa.array(docs, doc_type), pa.string())
+    draws = _draws(secret, _const("host", len(docs)), _const(canary_id, len(docs)), as_text)
+    return [docs[i] for i in np.argsort(draws, kind="stable").tolist()]
 
 
 class CanariesStage(Stage):
@@ -433,8 +446,10 @@ class CanariesStage(Stage):
     chosen patients' notes.
 
     Reduce: the patients (the ``n`` with the smallest keyed draws receive a canary), then the
-    chosen patients' notes (round-robin targets of each canary's repeats). Map: the text of
-    each target note gets its canary sentences appended.
+    chosen patients' notes (each canary's repeats go round-robin over its patient's notes in
+    the order of keyed draws of their ``doc_id``). Map: the text of each target note, found
+    by ``(patient_id, doc_id)``, gets its canary sentences appended; the same rows come out
+    whatever their order or batching.
     """
 
     name = "canaries"
@@ -450,6 +465,7 @@ class CanariesStage(Stage):
         Input("secret-file", "File holding the secret key.", kind=PATH, secret=True),
     )  # fmt: skip
     main = "docs"
+    distributed = True
 
     def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
         self.secret = secret
@@ -502,32 +518,34 @@ class CanariesStage(Stage):
         plan = _plan(self.secret, sorted(seen), n, repeats, kinds)
         by_patient = {c.patient_id: c for c in plan}
 
-        # The chosen patients' notes, in order: (row in the input, doc_id).
-        notes: dict[str, list[tuple[int, Any]]] = {p: [] for p in by_patient}
+        # The chosen patients' notes (their doc_ids), in no particular order.
+        notes: dict[str, list[Any]] = {p: [] for p in by_patient}
         chosen = pa.array(sorted(by_patient), pa.string())
-        row = 0
         for b in src.batches(["patient_id", "doc_id"]):
             pid = b.column(0).cast(pa.string())
-            hits = np.flatnonzero(pc.is_in(pid, value_set=chosen).to_numpy(zero_copy_only=False))
-            if hits.size:
-                idx = pa.array(hits)
-                pids = pid.take(idx).to_pylist()
-                dids = b.column(1).take(idx).to_pylist()
-                for h, p, d in zip(hits.tolist(), pids, dids, strict=True):
-                    notes[p].append((row + h, d))
-            row += b.num_rows
-
-        appended: dict[int, list[str]] = {}
-        doc_ids: dict[str, list[Any]] = {}
-        for c in plan:
-            sentence = KINDS[c.kind].sentence(c.secret)
-            mine = notes[c.patient_id]
-            where = [mine[k % len(mine)] for k in range(c.repeats)]
-            for r, _ in where:
-                appended.setdefault(r, []).append("\n" + sentence)
-            doc_ids[c.canary_id] = [d for _, d in where]
+            hits = pa.array(
+                np.flatnonzero(pc.is_in(pid, value_set=chosen).to_numpy(zero_copy_only=False))
+            )
+            if len(hits):
+                for p, d in zip(
+                    pid.take(hits).to_pylist(), b.column(1).take(hits).to_pylist(), strict=True
+                ):
+                    notes[p].append(d)
 
         doc_type = src.schema.field("doc_id").type
+        appended: dict[tuple[str, Any], str] = {}
+        doc_ids: dict[str, list[Any]] = {}
+        for c in plan:
+            mine = notes[c.patient_id]
+            _check_addressable(mine)
+            hosts = _hosts(self.secret, c.canary_id, mine, doc_type)
+            where = [hosts[k % len(hosts)] for k in range(c.repeats)]
+            sentence = "\n" + KINDS[c.kind].sentence(c.secret)
+            for d in where:
+                key = (c.patient_id, d)
+                appended[key] = appended.get(key, "") + sentence
+            doc_ids[c.canary_id] = where
+
         table = pa.table(
             {
                 "canary_id": [c.canary_id for c in plan],
@@ -556,18 +574,27 @@ class CanariesStage(Stage):
             "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
             "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
         }
-        targets = np.asarray(sorted(appended), dtype=np.int64)
-        return _Insertion(appended, targets, table, stats)
+        return _Insertion(appended, chosen, table, stats)
 
     def map(self, batch: pa.RecordBatch, state: _Insertion, stats: Stats) -> pa.RecordBatch:
-        row = state.row
-        lo, hi = np.searchsorted(state.targets, [row, row + batch.num_rows])
-        rows = (state.targets[lo:hi] - row).tolist()
+        pid = batch.column("patient_id").cast(pa.string())
+        hits = np.flatnonzero(
+            pc.is_in(pid, value_set=state.patients).to_numpy(zero_copy_only=False)
+        ).tolist()
+        if not hits:
+            return batch
+        take = pa.array(hits, pa.int64())
+        keys = zip(
+            pid.take(take).to_pylist(), batch.column("doc_id").take(take).to_pylist(), strict=True
+        )
+        rows, extra = [], []
+        for r, key in zip(hits, keys, strict=True):
+            tail = state.appended.get(key)
+            if tail is not None:
+                rows.append(r)
+                extra.append(tail)
         if rows:
-            text_at = batch.schema.get_field_index("text")
-            extra = [state.appended[row + r] for r in rows]
-            batch = _append(batch, text_at, rows, extra, row)
-        state.row += batch.num_rows
+            batch = _append(batch, batch.schema.get_field_index("text"), rows, extra)
         return batch
 
     def finish(self, ctx: Context, state: _Insertion) -> None:
@@ -577,17 +604,32 @@ class CanariesStage(Stage):
         ctx.stats.update(state.stats)
 
 
+def _check_addressable(notes: list[Any]) -> None:
+    """Refuse a chosen patient's notes that cannot be told apart by ``doc_id`` (canaries are
+    addressed by ``(patient_id, doc_id)``)."""
+    if any(d is None for d in notes):
+        raise InputError("a note of a patient chosen for a canary has no doc_id", column="doc_id")
+    if len(set(notes)) != len(notes):
+        (twice, _), *_ = Counter(notes).most_common(1)
+        raise InputError(
+            f"the doc_id {twice!r} names several notes of a patient chosen for a canary: "
+            "canaries are addressed by (patient_id, doc_id), which must then be unique",
+            column="doc_id",
+        )
+
+
 def _append(
-    batch: pa.RecordBatch, text_at: int, rows: list[int], extra: list[list[str]], first: int
+    batch: pa.RecordBatch, text_at: int, rows: list[int], extra: list[str]
 ) -> pa.RecordBatch:
     """``batch`` with ``extra[i]`` appended to the text of row ``rows[i]``."""
     text = batch.column(text_at)
     if text.null_count and any(not text[r].is_valid for r in rows):
         r = next(r for r in rows if not text[r].is_valid)
-        raise InputError("a note chosen for a canary has no text", row=first + r, column="text")
+        doc = batch.column("doc_id")[r].as_py()
+        raise InputError(f"the note {doc!r}, chosen for a canary, has no text", column="text")
     tails = [""] * batch.num_rows
-    for r, parts in zip(rows, extra, strict=True):
-        tails[r] = "".join(parts)
+    for r, tail in zip(rows, extra, strict=True):
+        tails[r] = tail
     joined = pc.binary_join_element_wise(
         text.cast(pa.large_string()),
         pa.array(tails, pa.large_string()),

@@ -20,10 +20,14 @@ from ..io.physionet import read_physionet
 from ..io.sources import require_columns
 from ..pipeline.runner import run_stage
 from ..pipeline.stage import SOURCE, Context, Input, Stage
+from ..pipeline.stats import Stats
 
 __all__ = [
     "CATEGORY_OF_KIND",
+    "PlaceholderKey",
     "PlaceholdersStage",
+    "gold_by_doc",
+    "placeholder_ids",
     "placeholder_text",
     "placeholders",
     "to_placeholders",
@@ -166,10 +170,11 @@ def placeholder_text(label: str, text: str, ident: int, role: str | None = None)
     raise InputError(f"no placeholder category for the span label {label!r}", column="spans")
 
 
-def _merge(spans: list[dict[str, Any]], length: int, doc: str) -> list[dict[str, Any]]:
-    """Sorted spans with overlaps merged (the longer span's label wins)."""
+def _merge(spans: list[dict[str, Any]], length: int, doc: Any) -> list[dict[str, Any]]:
+    """Sorted spans with overlaps merged (the longer span's label wins; between spans of one
+    length, the one sorted first: by start, then end, then label)."""
     out: list[dict[str, Any]] = []
-    for sp in sorted(spans, key=lambda x: (x["start"], -x["end"])):
+    for sp in sorted(spans, key=lambda x: (x["start"], -x["end"], x["label"] or "")):
         if not 0 <= sp["start"] <= sp["end"] <= length:
             raise InputError(f"span {sp['start']}:{sp['end']} lies outside document {doc!r}")
         if out and sp["start"] < out[-1]["end"]:
@@ -211,70 +216,197 @@ def _roles(text: str, spans: list[dict[str, Any]]) -> list[str | None]:
     return roles
 
 
-def to_placeholders(
-    documents: pa.Table, gold: pa.Table, *, ids: dict[tuple[str, str, str], int] | None = None
-) -> tuple[pa.Table, dict[str, Any]]:
-    """Replace every gold span of the documents by a MIMIC-III placeholder.
+PlaceholderKey = tuple[Any, str, str]
+"""What a placeholder id stands for: (patient, ``label/role``, the span's text lower-cased
+with its spacing normalised)."""
 
-    Overlapping spans are merged. Within a patient, equal (category, text) get the same
-    placeholder id, so the surrogate stage gives them the same surrogate; ids count up per
-    patient in the order of the documents.
+
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+    label: str
+    role: str | None
+    category: str
+    key_text: str
+    merged: int
+
+
+def _spans_of(text: str, spans: list[dict[str, Any]], doc: Any) -> list[_Span]:
+    """A document's gold spans, merged and sorted, with their name roles and id keys."""
+    merged = _merge(spans, len(text), doc)
+    return [
+        _Span(
+            sp["start"],
+            sp["end"],
+            sp["label"],
+            role,
+            f"{sp['label']}/{role or ''}",
+            " ".join(text[sp["start"] : sp["end"]].lower().split()),
+            sp["merged"],
+        )
+        for sp, role in zip(merged, _roles(text, merged), strict=True)
+    ]
+
+
+def gold_by_doc(gold: pa.Table) -> dict[Any, list[dict[str, Any]]]:
+    """The gold spans of each document (``doc_id`` -> spans; several rows of one ``doc_id``
+    are joined). Documents without spans are left out."""
+    require_columns(gold.schema, ["doc_id", "spans"], "spans")
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for d, s in zip(
+        gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=True
+    ):
+        if s and d is not None:
+            out.setdefault(d, []).extend(s)
+    return out
+
+
+def placeholder_ids(
+    documents: pa.Table, gold: pa.Table | dict[Any, list[dict[str, Any]]]
+) -> dict[PlaceholderKey, int]:
+    """The placeholder id of every gold span of the documents: a pure function of the rows,
+    whatever their order or batching.
+
+    Within a patient, equal (category, text) share one id, so the surrogate stage gives them
+    one surrogate; the ids count up from 1 per patient over the patient's documents sorted by
+    ``doc_id``, and within a document by position. A patient's ids depend on that patient's
+    documents alone (all of them: pass the whole corpus, or a partition that holds every
+    document of its patients).
 
     Parameters
     ----------
     documents
-        ``doc_id``, ``patient_id``, ``text`` (other columns pass through).
+        ``doc_id``, ``patient_id``, ``text``.
     gold
-        ``doc_id``, ``spans`` (labels: :data:`PHYSIONET_LABELS` or surrogate kinds).
+        ``doc_id``, ``spans`` (or :func:`gold_by_doc` of it).
+
+    Raises
+    ------
+    InputError
+        A span outside its document, or a ``doc_id`` with gold spans that names several
+        rows (the spans could belong to either).
+    """
+    require_columns(documents.schema, ["doc_id", "patient_id", "text"], "documents")
+    spans = gold if isinstance(gold, dict) else gold_by_doc(gold)
+    notes: dict[Any, list[tuple[Any, str]]] = {}
+    seen: set[Any] = set()
+    for doc, patient, text in zip(
+        documents.column("doc_id").to_pylist(),
+        documents.column("patient_id").to_pylist(),
+        documents.column("text").to_pylist(),
+        strict=True,
+    ):
+        if doc not in spans:
+            continue
+        if doc in seen:
+            raise InputError(
+                f"the doc_id {doc!r} has gold spans and names more than one document: gold "
+                "spans are matched to documents by doc_id, which must then be unique",
+                column="doc_id",
+            )
+        seen.add(doc)
+        if text is not None:
+            notes.setdefault(patient, []).append((doc, text))
+    ids: dict[PlaceholderKey, int] = {}
+    for patient, mine in notes.items():
+        n = 0
+        for doc, text in sorted(mine, key=lambda dt: dt[0]):
+            for sp in _spans_of(text, spans[doc], doc):
+                key = (patient, sp.category, sp.key_text)
+                if key not in ids:
+                    n += 1
+                    ids[key] = n
+    return ids
+
+
+def to_placeholders(
+    documents: pa.Table | pa.RecordBatch,
+    gold: pa.Table | dict[Any, list[dict[str, Any]]],
+    *,
+    ids: dict[PlaceholderKey, int] | None = None,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Replace every gold span of the documents by a MIMIC-III placeholder.
+
+    Overlapping spans are merged. Within a patient, equal (category, text) get the same
+    placeholder id, so the surrogate stage gives them the same surrogate; the ids are
+    :func:`placeholder_ids` (they count up per patient over the patient's documents in
+    ``doc_id`` order), so each row's output is a pure function of that row, its gold spans
+    and the id table, never of the rows' order.
+
+    Parameters
+    ----------
+    documents
+        ``doc_id``, ``patient_id``, ``text`` (other columns pass through; a ``spans`` column,
+        offsets into the old text, is dropped).
+    gold
+        ``doc_id``, ``spans`` (labels: :data:`PHYSIONET_LABELS` or surrogate kinds), or
+        :func:`gold_by_doc` of it.
     ids
-        The id table to continue (for a dataset processed batch by batch).
+        The id table of the whole corpus (:func:`placeholder_ids`), for a dataset processed
+        batch by batch; by default the ids of ``documents`` themselves.
 
     Returns
     -------
     (pyarrow.Table, dict)
         The documents with placeholders, and counts: ``spans`` read, ``placeholders``
-        written, ``merged`` overlaps, ``by_category``, and ``spans_without_document``.
+        written, ``merged`` overlaps, ``by_category``, and ``spans_without_document`` (gold
+        spans of documents not among ``documents``).
+
+    Raises
+    ------
+    InputError
+        A span outside its document, or (with ``ids``) a span whose key the table lacks.
     """
+    if isinstance(documents, pa.RecordBatch):
+        documents = pa.Table.from_batches([documents])
     require_columns(documents.schema, ["doc_id", "patient_id", "text"], "documents")
-    require_columns(gold.schema, ["doc_id", "spans"], "spans")
+    spans = gold if isinstance(gold, dict) else gold_by_doc(gold)
+    if ids is None:
+        ids = placeholder_ids(documents, spans)
+    out, report = _splice_placeholders(documents, spans, ids)
+    present = set(documents.column("doc_id").to_pylist())
+    report["spans_without_document"] = sum(len(s) for d, s in spans.items() if d not in present)
+    return out, report
+
+
+def _splice_placeholders(
+    documents: pa.Table, spans: dict[Any, list[dict[str, Any]]], ids: dict[PlaceholderKey, int]
+) -> tuple[pa.Table, dict[str, Any]]:
+    """The documents with their gold spans replaced (ids looked up in ``ids``), and counts:
+    ``spans``, ``placeholders``, ``merged``, ``by_category``."""
     if "spans" in documents.schema.names:  # offsets of the old text: dropped, not carried
         documents = documents.drop_columns(["spans"])
-    ids = {} if ids is None else ids
-    gold_by_doc = {
-        d: s
-        for d, s in zip(
-            gold.column("doc_id").to_pylist(), gold.column("spans").to_pylist(), strict=True
-        )
-        if s
-    }
-    doc_ids = documents.column("doc_id").to_pylist()
-    patients = documents.column("patient_id").to_pylist()
-    texts = documents.column("text").to_pylist()
     rows, starts, ends, withs = [], [], [], []
-    counts: Counter[str] = Counter()
-    for row, (doc, patient, text) in enumerate(zip(doc_ids, patients, texts, strict=True)):
-        spans = gold_by_doc.pop(doc, None)
-        if not spans or text is None:
+    counts = {"spans": 0, "placeholders": 0, "merged": 0}
+    by_category: Counter[str] = Counter()
+    for row, (doc, patient, text) in enumerate(
+        zip(
+            documents.column("doc_id").to_pylist(),
+            documents.column("patient_id").to_pylist(),
+            documents.column("text").to_pylist(),
+            strict=True,
+        )
+    ):
+        gold = spans.get(doc)
+        if not gold or text is None:
             continue
-        counts["spans"] += len(spans)
-        merged = _merge(spans, len(text), doc)
-        counts["merged"] += sum(sp["merged"] for sp in merged)
-        for sp, role in zip(merged, _roles(text, merged), strict=True):
-            word = text[sp["start"] : sp["end"]]
-            key_text = " ".join(word.lower().split())
-            category = f"{sp['label']}/{role or ''}"
-            key = (patient, category, key_text)
-            if key not in ids:
-                ids[key] = _next_id(ids, patient)
-            ident = ids[key]
-            placeholder = placeholder_text(sp["label"], word, ident, role)
+        counts["spans"] += len(gold)
+        for sp in _spans_of(text, gold, doc):
+            counts["merged"] += sp.merged
+            ident = ids.get((patient, sp.category, sp.key_text))
+            if ident is None:
+                raise InputError(
+                    f"a gold span of document {doc!r} has no placeholder id: compute the ids "
+                    "over every document of its patient (placeholder_ids)",
+                    column="spans",
+                )
             rows.append(row)
-            starts.append(sp["start"])
-            ends.append(sp["end"])
-            withs.append(placeholder)
+            starts.append(sp.start)
+            ends.append(sp.end)
+            withs.append(placeholder_text(sp.label, text[sp.start : sp.end], ident, sp.role))
             counts["placeholders"] += 1
-            counts[f"category:{sp['label']}"] += 1
-    counts["spans_without_document"] = sum(len(s) for s in gold_by_doc.values())
+            by_category[sp.label] += 1
     new_text, _, _ = _core.splice(
         documents.column("text").combine_chunks(),
         pa.array(rows, pa.uint64()),
@@ -286,17 +418,7 @@ def to_placeholders(
     out = documents.set_column(
         idx, documents.schema.field(idx), new_text.cast(documents.schema.field(idx).type)
     )
-    report = {k: v for k, v in counts.items() if not k.startswith("category:")}
-    report["by_category"] = {
-        k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("category:")
-    }
-    return out, report
-
-
-def _next_id(ids: dict[tuple[str, str, str], int], patient: str) -> int:
-    counter = ("#", patient, "")
-    ids[counter] = ids.get(counter, 0) + 1
-    return ids[counter]
+    return out, {**counts, "by_category": dict(sorted(by_category.items()))}
 
 
 def placeholders(
@@ -330,10 +452,26 @@ class PlaceholdersOptions:
     """``phisieve placeholders`` has no options."""
 
 
+@dataclass
+class _Gold:
+    """What the reduce of the placeholders stage found: the documents, their gold spans by
+    ``doc_id``, the id table (:func:`placeholder_ids`) and the spans of no document."""
+
+    documents: pa.Table
+    spans: dict[Any, list[dict[str, Any]]]
+    ids: dict[PlaceholderKey, int]
+    spans_without_document: int
+
+
 class PlaceholdersStage(Stage):
     """``phisieve placeholders``: gold PHI spans become MIMIC-III placeholders (the reverse
-    of ``surrogate``). A reduce: placeholder ids are numbered per patient over the whole
-    corpus (:func:`to_placeholders`)."""
+    of ``surrogate``).
+
+    Reduce: the placeholder ids, numbered per patient over the patient's documents in
+    ``doc_id`` order (:func:`placeholder_ids`). Map: each batch of documents with its gold
+    spans replaced (:func:`to_placeholders` with those ids), so a document's output depends on
+    that document, its spans and the id table alone, never on the order or batching of rows.
+    """
 
     name = "placeholders"
     help = "Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."
@@ -351,20 +489,33 @@ class PlaceholdersStage(Stage):
         ):
             raise InputError("give a PhysioNet corpus folder, or documents with their spans")
 
-    def reduce(self, ctx: Context) -> tuple[pa.Table, dict[str, Any]]:
+    def reduce(self, ctx: Context) -> _Gold:
         if ctx.path("corpus") is not None:
             documents, gold = read_physionet(ctx.path("corpus"))
         else:
-            src = ctx.source("docs")
-            documents = src.table()
+            documents = ctx.source("docs").table()
             gold = ctx.source("spans").table(["doc_id", "spans"])
-        return to_placeholders(documents, gold)
+        require_columns(documents.schema, ["doc_id", "patient_id", "text"], "documents")
+        spans = gold_by_doc(gold)
+        present = set(documents.column("doc_id").to_pylist())
+        missing = sum(len(s) for d, s in spans.items() if d not in present)
+        return _Gold(documents, spans, placeholder_ids(documents, spans), missing)
 
-    def schema(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> pa.Schema:
-        return state[0].schema
+    def schema(self, ctx: Context, state: _Gold) -> pa.Schema:
+        schema = state.documents.schema
+        return schema.remove(schema.get_field_index("spans")) if "spans" in schema.names else schema
 
-    def batches(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> Iterator[Any]:
-        yield from state[0].to_batches()
+    def map(self, batch: pa.RecordBatch, state: _Gold, stats: Stats) -> pa.Table:
+        out, counts = _splice_placeholders(pa.Table.from_batches([batch]), state.spans, state.ids)
+        stats.merge(counts)
+        return out
 
-    def finish(self, ctx: Context, state: tuple[pa.Table, dict[str, Any]]) -> None:
-        ctx.stats.update(state[1])
+    def batches(self, ctx: Context, state: _Gold) -> Iterator[Any]:
+        for batch in state.documents.to_batches(max_chunksize=self.batch_rows):
+            yield self.map(batch, state, ctx.stats)
+
+    def finish(self, ctx: Context, state: _Gold) -> None:
+        for key in ("spans", "placeholders", "merged"):
+            ctx.stats.setdefault(key, 0)
+        ctx.stats["spans_without_document"] = state.spans_without_document
+        ctx.stats["by_category"] = dict(sorted(ctx.stats.get("by_category", {}).items()))

@@ -356,6 +356,22 @@ class SurrogateFiller:
             "patients_with_dates": len(self.anchors),
         }
 
+    def take_counts(self) -> tuple[Counter[str], Counter[str], dict[str, set[str]]]:
+        """What :meth:`summary` counts, taken out of this filler (which starts counting
+        again from zero): a worker's share, for :meth:`add_counts` on another filler."""
+        out = (self.counts, self.unknown_categories, self._unknown_patients)
+        self.counts, self.unknown_categories, self._unknown_patients = Counter(), Counter(), {}
+        return out
+
+    def add_counts(self, counts: tuple[Counter[str], Counter[str], dict[str, set[str]]]) -> None:
+        """Add another filler's :meth:`take_counts` to this one's (what :meth:`summary`
+        reports is then that of both fillers' documents)."""
+        filled, categories, patients = counts
+        self.counts.update(filled)
+        self.unknown_categories.update(categories)
+        for name, pids in patients.items():
+            self._unknown_patients.setdefault(name, set()).update(pids)
+
     def _unknown_report(self) -> dict[str, Any]:
         """The unknown categories, counted.
 
@@ -847,6 +863,9 @@ class SurrogateStage(Stage):
 
     Reduce: each patient's latest placeholder year, the anchor of the patient's date shift
     (:func:`date_anchors`). Map: :meth:`SurrogateFiller.fill` on each batch of documents.
+    Each document's output is a pure function of the secret, the anchors and that document's
+    row, whatever the batches or the order of the rows: what the filler keeps from batch to
+    batch only counts (the summary) or caches keyed values (the Faker pool).
     """
 
     name = "surrogate"
@@ -864,6 +883,7 @@ class SurrogateStage(Stage):
         ),
     )  # fmt: skip
     main = "docs"
+    distributed = True
 
     def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
         self.secret = secret
@@ -903,6 +923,13 @@ class SurrogateStage(Stage):
 
     def map(self, batch: pa.RecordBatch, state: SurrogateFiller, stats: Stats) -> Any:
         return state.fill(batch)
+
+    def gather(self, state: SurrogateFiller) -> Any:
+        return state.take_counts()
+
+    def absorb(self, state: SurrogateFiller, gathered: list[Any]) -> None:
+        for counts in gathered:
+            state.add_counts(counts)
 
     def finish(self, ctx: Context, state: SurrogateFiller) -> None:
         ctx.stats.update(state.summary())
