@@ -18,7 +18,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python $(SOURCES)
 	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
-	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit --quiet
+	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit,ray --quiet
 	touch $(STAMP)
 
 build: $(STAMP)

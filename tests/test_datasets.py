@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phisieve.cli import main
 from phisieve.errors import InputError, OutputExistsError
@@ -445,3 +447,52 @@ def test_a_dataset_rewritten_between_two_passes_is_an_error(tmp_path: Path) -> N
     write_dataset(pa.table({"a": [1, 2]}), out, overwrite=True)
     with pytest.raises(InputError, match="rewritten while it was being read"):
         list(src.batches(None))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(1, 700), min_size=1, max_size=6),
+    rows_per_part=st.integers(1, 5000),
+    bytes_per_part=st.integers(1, 200_000),
+)
+def test_parts_and_row_groups_do_not_depend_on_batching(
+    tmp_path_factory, sizes, cuts, rows_per_part, bytes_per_part
+) -> None:
+    """The same rows in the same order make the same part files whatever batches they come
+    in: a part closes after `rows_per_part` rows, or at the row where the rows' sizes reach
+    `bytes_per_part` (a reference computed row by row here)."""
+    from phisieve.io.dataset import DatasetWriter, dataset_files, row_sizes
+
+    texts = ["x" * (n % 257) for n in sizes for _ in range(1 + n % 5)]
+    table = pa.table({"i": list(range(len(texts))), "text": texts, "ids": [[1, 2]] * len(texts)})
+    base = tmp_path_factory.mktemp("parts")
+
+    def write(name: str, batches: list[pa.RecordBatch]) -> list[bytes]:
+        out = base / name
+        with DatasetWriter(
+            out, table.schema, rows_per_part=rows_per_part, bytes_per_part=bytes_per_part
+        ) as w:
+            for b in batches:
+                w.write(b)
+        return [Path(f).read_bytes() for f in dataset_files(out)]
+
+    one = write("one", table.to_batches())
+    pieces, start, i = [], 0, 0
+    while start < table.num_rows:
+        n = cuts[i % len(cuts)]
+        pieces.append(table.slice(start, n).to_batches()[0])
+        start, i = start + n, i + 1
+    assert write("cut", pieces) == one
+    # The reference: part boundaries row by row.
+    sizes_ = row_sizes(table.combine_chunks().to_batches()[0])
+    expected, rows, nbytes = [], 0, 0
+    for s in sizes_:
+        rows, nbytes = rows + 1, nbytes + int(s)
+        if rows >= rows_per_part or nbytes >= bytes_per_part:
+            expected.append(rows)
+            rows, nbytes = 0, 0
+    if rows or not expected:
+        expected.append(rows)
+    got = [pq.read_metadata(pa.BufferReader(b)).num_rows for b in one]
+    assert got == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -163,7 +164,24 @@ def test_packing_carries_patients_across_batches_and_keeps_the_short_tail(minilm
         assert out.equals(first)
     pats = out["patient_id"].to_pylist()
     assert pats == sorted(pats)  # grouped, never mixed
-    assert out["seq_id"].to_pylist() == list(range(out.num_rows))
+    # seq_id: the patient's offset (patients in the order of an 8-byte BLAKE2b of their
+    # id, a prefix sum of their sequence counts) plus the sequence's number in the patient.
+    order = sorted(set(pats), key=lambda p: hashlib.blake2b(p.encode(), digest_size=8).digest())
+    offsets, total = {}, 0
+    for p in order:
+        offsets[p], total = total, total + pats.count(p)
+    expected = [offsets[p] + pats[:i].count(p) for i, p in enumerate(pats)]
+    assert out["seq_id"].to_pylist() == expected
+    assert sorted(expected) == list(range(out.num_rows))
+    # The same documents, patients in another order: the same sequences, the same ids.
+    shuffled = pa.concat_tables([docs.slice(5, 2), docs.slice(0, 5)])
+    again = pa.Table.from_batches(list(encode_batches(open_source(shuffled, 2), tok, max_len=16)))
+    assert again.sort_by("seq_id").equals(out.sort_by("seq_id"))
+    # A patient whose documents come back after another patient's is refused, by row.
+    mixed = pa.concat_tables([docs.slice(0, 1), docs.slice(3, 1), docs.slice(1, 1)])
+    with pytest.raises(InputError, match="not consecutive") as e:
+        list(encode_batches(open_source(mixed, 1), tok, max_len=16))
+    assert e.value.row == 2 and "alpha" not in str(e.value)
     for ids in out["input_ids"].to_pylist():
         assert ids[0] == 101 and ids[-1] == 102 and len(ids) <= 16
     assert out.filter(pc.equal(out["patient_id"], "c"))["doc_ids"].to_pylist() == [["d5", "d6"]]

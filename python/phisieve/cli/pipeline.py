@@ -13,7 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import load_pipeline
+from ..errors import ConfigError
 from ..pipeline.config import Pipeline
+from ..pipeline.engines import Engine, make_engine
 from ..pipeline.execute import Event, plan, run_pipeline
 from .render import render
 
@@ -70,8 +72,9 @@ def execute(
     dry_run: bool,
     overwrite: bool,
     quiet: bool,
+    engine: Engine | None = None,
 ) -> None:
-    """Show the plan (``dry_run``) or run it."""
+    """Show the plan (``dry_run``) or run it (with ``engine``: default, this process)."""
     if dry_run:
         show_plan(pipeline, plan(pipeline, start=start, stop=stop))
         return
@@ -82,6 +85,7 @@ def execute(
         overwrite=overwrite,
         progress=not quiet,
         report=_report(pipeline, quiet),  # type: ignore[arg-type]
+        engine=engine,
     )
     out_console.print(
         f"[bold green]done[/]: every stage of {pipeline.path} is finished", soft_wrap=True
@@ -121,11 +125,38 @@ def run(
         ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Where batch functions run: local (this process) or ray (a Ray cluster: "
+            "pip install 'phisieve[ray]'). The outputs are the same files."
+        ),
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="With --engine ray: the cluster to join (auto, ray://HOST:10001); without "
+            "it a local Ray instance is started."
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="With --engine ray: parallel batch functions (default: the CPUs)."),
+    ] = None,
 ) -> None:
     """Run a pipeline file: its stages in the order their inputs need, skipping those whose
     output records the same inputs and options (checked before anything runs)."""
     pipeline = load_pipeline(file, workdir=workdir, overrides=settings or ())
-    execute(pipeline, start, stop, dry_run, overwrite, quiet)
+    if dry_run:
+        execute(pipeline, start, stop, dry_run, overwrite, quiet)
+        return
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {workers}")
+    runner = make_engine(engine, address=address, workers=workers)
+    try:
+        execute(pipeline, start, stop, dry_run, overwrite, quiet, runner)
+    finally:
+        runner.close()
 
 
 def demo(

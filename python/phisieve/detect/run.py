@@ -485,6 +485,7 @@ class DetectStage(Stage):
         Input("allow", "Allow list: words never direct.", kind=PATH, required=False),
     )  # fmt: skip
     main = "docs"
+    distributed = True
     columns = ("doc_id", "text")
 
     def check(self) -> None:

@@ -33,6 +33,7 @@ from ..errors import ConfigError, InputError
 from ..io.sources import open_source, require_columns, string_array
 from ..protection.scope import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
 from ..term_index.build import terms_options
+from .numbering import SequenceOffsets, count_sequences
 from .pack import _Packer
 from .tokenizer import SpecialTokens, _encode_texts, _splittable
 
@@ -184,7 +185,9 @@ class Encoder:
     protected, in all and by reason (``gold_protected``, ``gold_<reason>``).
 
     Documents must come grouped by patient: a patient's last sequence is finished when the
-    next patient starts (or at :meth:`flush`).
+    next patient starts (or at :meth:`flush`); a patient whose documents come back after
+    another patient's is refused. Each sequence's ``seq_id`` is its number among its
+    patient's sequences (0, 1, 2...); :func:`number_sequences` makes them corpus-wide.
     """
 
     def __init__(
@@ -219,14 +222,13 @@ class Encoder:
         self.backend.encode_special_tokens = True
         self.splittable = _splittable(self.backend)
         self.marker = None
+        self._marker_terms: pa.Array | None = None
         self.direct_terms = pa.array([], pa.string())
         if terms is not None:
             require_columns(terms.schema, ["term", "n", "indirect", "direct"], "terms")
             usable = terms.filter(pc.less_equal(terms.column("n"), ngram))
-            self.marker = _core.Marker(
-                string_array(usable.filter(pc.field("indirect")).column("term")),
-                normalize=self.normalize,
-            )
+            self._marker_terms = string_array(usable.filter(pc.field("indirect")).column("term"))
+            self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
             self.direct_terms = string_array(terms.filter(pc.field("direct")).column("term"))
         words = direct_words or {}
         self.direct_keys = pa.array(
@@ -239,7 +241,10 @@ class Encoder:
             keys += ["gold_tokens", "gold_protected", *(f"gold_{r}" for r in REASONS)]
         self.stats: dict[str, int] = dict.fromkeys(keys, 0)
         self.last_patient: str | None = None
+        self.finished: set[str] = set()
         self.row = 0
+        self._seq_patient: str | None = None
+        self._seq_next = 0
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """The sequences a batch of documents (``doc_id``, ``patient_id``, ``text``, in this
@@ -254,9 +259,10 @@ class Encoder:
             if col.null_count:
                 row = self.row + int(pc.index(pc.is_null(col), True).as_py())
                 raise InputError(f"{name} is null", path=self.where, row=row, column=name)
-        self.row += batch.num_rows
         patient_list = patients.to_pylist()
         doc_list = doc_ids.to_pylist()
+        self._check_grouped(patient_list, batch.schema.names[1])
+        self.row += batch.num_rows
         flags = functools.partial(
             _word_flags,
             doc_ids=doc_list,
@@ -312,16 +318,76 @@ class Encoder:
             packer.add(patient, doc, ids[a:b], words[a:b], tok_direct[a:b], tok_indirect[a:b])
         stats["documents"] += batch.num_rows
         stats["words"] += int(counts.sum())
-        out = packer.take(stats["sequences"])
-        return None if out is None else _count(out, stats)
+        return self._take()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The Rust marker does not pickle: it is made again from its terms (an encoder is
+        # sent to each worker of a cluster).
+        state = dict(self.__dict__)
+        state["marker"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if getattr(self, "_marker_terms", None) is not None:
+            self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
+
+    def drain(self) -> dict[str, int]:
+        """The counts since the last call (:attr:`stats` starts again from zero)."""
+        counts, self.stats = self.stats, dict.fromkeys(self.stats, 0)
+        return counts
+
+    def fork(self) -> Encoder:
+        """A fresh encoder with the same tokenizer, terms and spans, that has seen no
+        document (for one partition of the corpus)."""
+        new = copy.copy(self)
+        new.packer = copy.deepcopy(self.packer)
+        new.packer.current, new.packer.done, new.packer.patient = None, [], None
+        new.packer.next_word = new.packer.dropped_tokens = 0
+        new.stats = dict.fromkeys(self.stats, 0)
+        new.last_patient, new.finished, new.row = None, set(), 0
+        new._seq_patient, new._seq_next = None, 0
+        return new
+
+    def _check_grouped(self, patients: list[str], column: str) -> None:
+        """Refuse a patient whose documents come back after another patient's (its first
+        sequences would already be packed and numbered)."""
+        last = self.last_patient
+        for r, patient in enumerate(patients):
+            if patient == last:
+                continue
+            if patient in self.finished:
+                raise InputError(
+                    "the documents of a patient are not consecutive (sort or group the "
+                    "documents by patient first)",
+                    path=self.where,
+                    row=self.row + r,
+                    column=column,
+                )
+            if last is not None:
+                self.finished.add(last)
+            last = patient
+
+    def _take(self) -> pa.RecordBatch | None:
+        """The finished sequences, each numbered within its patient."""
+        done = self.packer.done
+        if not done:
+            return None
+        seq_ids = np.empty(len(done), dtype=np.uint64)
+        for i, s in enumerate(done):
+            if s.patient != self._seq_patient:
+                self._seq_patient, self._seq_next = s.patient, 0
+            seq_ids[i] = self._seq_next
+            self._seq_next += 1
+        out = self.packer.take(seq_ids)
+        return None if out is None else _count(out, self.stats)
 
     def flush(self) -> pa.RecordBatch | None:
         """The last patient's last sequence."""
         self.packer.finish_patient()
         self.stats["dropped_tokens"] += self.packer.dropped_tokens
         self.packer.dropped_tokens = 0
-        out = self.packer.take(self.stats["sequences"])
-        return None if out is None else _count(out, self.stats)
+        return self._take()
 
 
 def encode_batches(
@@ -344,8 +410,9 @@ def encode_batches(
     advance: Any = None,
     gold: DocSpans | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Encode documents into ``encoded`` record batches (:class:`Encoder` over ``docs``);
-    ``stats``, when given, receives the counts."""
+    """Encode documents into ``encoded`` record batches (:class:`Encoder` over ``docs``,
+    held in memory until every sequence is counted, then numbered corpus-wide:
+    :mod:`phisieve.encode.numbering`); ``stats``, when given, receives the counts."""
     src = docs if hasattr(docs, "batches") else open_source(docs, batch_size)
     require_columns(src.schema, [doc_col, patient_col, text_col], src.name)
     encoder = Encoder(
@@ -361,19 +428,23 @@ def encode_batches(
         gold=gold,
         where=src.name,
     )
+    done: list[pa.RecordBatch] = []
     for batch in src.batches([doc_col, patient_col, text_col]):
         out = encoder(batch)
-        if stats is not None:
-            stats.update(encoder.stats)
         if out is not None:
-            yield out
+            done.append(out)
         if advance is not None:
             advance(batch.num_rows)
     out = encoder.flush()
+    if out is not None:
+        done.append(out)
     if stats is not None:
         stats.update(encoder.stats)
-    if out is not None:
-        yield out
+    counts: dict[str, int] = {}
+    count_sequences(done, counts)
+    offsets = SequenceOffsets(counts)
+    for b in done:
+        yield offsets.number(b)
 
 
 def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> None:

@@ -122,8 +122,9 @@ class _Packer:
         """The patient's last sequence is complete (kept even when short)."""
         self._emit()
 
-    def take(self, first_seq_id: int) -> pa.RecordBatch | None:
-        """The finished sequences as an ``encoded`` batch, numbered from ``first_seq_id``."""
+    def take(self, seq_ids: np.ndarray) -> pa.RecordBatch | None:
+        """The finished sequences as an ``encoded`` batch, with these ``seq_id`` (one per
+        finished sequence)."""
         if not self.done:
             return None
         sp = self.special
@@ -156,7 +157,7 @@ class _Packer:
         doc_offsets = pa.array(np.concatenate([[0], np.cumsum(doc_counts)]).astype(np.int32))
         batch = pa.record_batch(
             [
-                pa.array(np.arange(first_seq_id, first_seq_id + len(self.done), dtype=np.uint64)),
+                pa.array(np.asarray(seq_ids, dtype=np.uint64)),
                 pa.array([s.patient for s in self.done], pa.string()),
                 pa.ListArray.from_arrays(
                     doc_offsets, pa.array([d for s in self.done for d in s.doc_ids], pa.string())

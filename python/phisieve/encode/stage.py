@@ -3,7 +3,8 @@ does the work), and :func:`read_encoding`, how an encoded dataset was made."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..pipeline.stage import PATH, Context, Input, Stage, require
 from ..pipeline.stats import Stats
 from ..protection.scope import DocSpans
 from .batches import Encoder, collect_span_words, protection_report, resolve_options
+from .numbering import SequenceOffsets, count_sequences
 from .pack import ENCODED
 from .tokenizer import SpecialTokens, load_tokenizer, open_tokenizer
 
@@ -138,7 +140,10 @@ class EncodeStage(Stage):
     Reduce: the tokenizer and the terms loaded, the normalisation and scope resolved, and
     (unless the scope is ``span``) the words of each patient's direct spans collected over
     the whole corpus. Map: :class:`~phisieve.encode.batches.Encoder` on each batch of
-    documents (grouped by patient), the last sequence at the end.
+    documents (grouped by patient: a patient's documents that come back after another
+    patient's are refused), the last sequence at the end. Then every sequence is numbered
+    corpus-wide (:mod:`phisieve.encode.numbering`): ``seq_id`` depends on the documents
+    alone, never on their order or batching.
     """
 
     name = "encode"
@@ -160,6 +165,9 @@ class EncodeStage(Stage):
     main = "docs"
     batch_rows = 1024
     rows_per_part = 50_000
+    grouped = True
+    two_pass = True
+    distributed = True
 
     def __init__(self, options: Any = None, /, *, tokenizer: Any = None, **values: Any) -> None:
         self.tokenizer = tokenizer
@@ -237,15 +245,33 @@ class EncodeStage(Stage):
         )
         return _Prepared(tok, term_table, normalize, direct_scope, encoder)
 
+    def group_columns(self) -> tuple[str, str]:
+        return (self.options.patient_col, "patient_id")
+
+    def fork(self, state: _Prepared) -> _Prepared:
+        return replace(state, encoder=state.encoder.fork())
+
     def map(self, batch: pa.RecordBatch, state: _Prepared, stats: Stats) -> Any:
-        return state.encoder(batch)
+        out = state.encoder(batch)
+        stats.merge(state.encoder.drain())
+        return out
 
     def flush(self, state: _Prepared, stats: Stats) -> Any:
-        return [state.encoder.flush()]
+        out = state.encoder.flush()
+        stats.merge(state.encoder.drain())
+        return [out]
+
+    def settle(self, batches: Iterable[pa.RecordBatch]) -> SequenceOffsets:
+        counts: dict[str, int] = {}
+        count_sequences(batches, counts)
+        return SequenceOffsets(counts)
+
+    def finalize(self, batch: pa.RecordBatch, settled: SequenceOffsets) -> pa.RecordBatch:
+        return settled.number(batch)
 
     def finish(self, ctx: Context, state: _Prepared) -> None:
         o = self.options
-        stats = state.encoder.stats
+        stats = {k: ctx.stats.get(k, 0) for k in state.encoder.stats}
         special = SpecialTokens.of(state.tokenizer)
         terms = state.terms
         direct_terms = 0

@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._core import __version__
@@ -781,6 +783,31 @@ class FileWriter(OutputWriter):
         return self._tmp.data
 
 
+def row_sizes(batch: pa.RecordBatch) -> np.ndarray:
+    """Each row's size in bytes, as far as part files are concerned: the bytes of its
+    strings and binaries, 4 per element of its lists, and 8 per other value. A function of
+    the row alone (a batch's ``nbytes`` depends on how the rows were batched)."""
+    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    for col in batch.columns:
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col, t = col.dictionary_decode(), t.value_type
+        if (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or (pa.types.is_large_binary(t))
+        ):
+            lengths = pc.binary_length(col)
+            sizes += lengths.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            lengths = pc.list_value_length(col).fill_null(0)
+            sizes += 4 * lengths.to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            sizes += 8
+    return sizes
+
+
 @dataclass
 class DatasetWriter(OutputWriter):
     """Write record batches as a dataset, atomically, one part file per ``rows_per_part`` rows.
@@ -833,18 +860,38 @@ class DatasetWriter(OutputWriter):
         )
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Queue rows; a part file is written whenever ``rows_per_part`` rows are waiting."""
+        """Queue rows; a part file is written whenever ``rows_per_part`` rows (or
+        ``bytes_per_part`` bytes) are waiting.
+
+        Where a part ends is a function of the rows alone, never of how they were batched:
+        a part closes after exactly ``rows_per_part`` rows, or after the row at which the
+        rows' sizes (:func:`row_sizes`) first reach ``bytes_per_part``. The same rows in the
+        same order make the same part files, whatever batches they came in.
+        """
         if isinstance(batch, pa.Table):
             for b in batch.to_batches():
                 self.write(b)
             return
         if batch.num_rows == 0:
             return
-        self._pending.append(batch.cast(self.schema) if batch.schema != self.schema else batch)
-        self._pending_rows += batch.num_rows
-        self._pending_bytes += batch.nbytes
-        if self._pending_rows >= self.rows_per_part or self._pending_bytes >= self.bytes_per_part:
-            self._flush()
+        batch = batch.cast(self.schema) if batch.schema != self.schema else batch
+        sizes = np.cumsum(row_sizes(batch))
+        start = 0
+        while start < batch.num_rows:
+            room = self.rows_per_part - self._pending_rows
+            base = int(sizes[start - 1]) if start else 0
+            # The first row at which the part's bytes reach the budget closes it.
+            full = int(np.searchsorted(sizes, base + self.bytes_per_part - self._pending_bytes))
+            end = min(batch.num_rows, start + room, max(full + 1, start + 1))
+            piece = batch.slice(start, end - start)
+            self._pending.append(piece)
+            self._pending_rows += piece.num_rows
+            self._pending_bytes += int(sizes[end - 1]) - base
+            if self._pending_rows >= self.rows_per_part or self._pending_bytes >= (
+                self.bytes_per_part
+            ):
+                self._flush()
+            start = end
 
     def _write_part(self, table: pa.Table) -> None:
         name = f"part-{len(self._parts):05d}.parquet"

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError, OutputExistsError
 from .config import Pipeline, Step
+from .engine import Engine
 from .runner import reject_unless_owned, run_stage, stale_reason
 
 __all__ = ["Event", "plan", "run_pipeline"]
@@ -99,6 +100,7 @@ def run_pipeline(
     overwrite: bool = False,
     progress: bool = True,
     report: Callable[[Event], None] | None = None,
+    engine: Engine | None = None,
 ) -> list[Event]:
     """Run the pipeline's steps in order, skipping finished ones.
 
@@ -116,6 +118,9 @@ def run_pipeline(
         Progress bars.
     report
         Called before each step (``run`` or ``skip``) and after each run (``done``).
+    engine
+        Where batch functions run (:func:`phisieve.pipeline.engines.make_engine`; default:
+        in this process). The outputs are the same files whatever the engine.
     """
     selected = _selected(pipeline, stop)
     forced = pipeline.downstream(s.name for s in _steps(pipeline, start)) if start else set()
@@ -141,7 +146,9 @@ def run_pipeline(
                 reject_unless_owned(step.stage, step.out)
             except OutputExistsError as e:
                 raise OutputExistsError(step.out) from e
-        manifest = run_stage(step.stage, step.inputs, step.out, overwrite=True, progress=progress)
+        manifest = run_stage(
+            step.stage, step.inputs, step.out, overwrite=True, progress=progress, engine=engine
+        )
         event = Event(step, i, len(steps), "done", "", manifest)
         events.append(event)
         if report:

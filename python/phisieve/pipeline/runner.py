@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from .._core import __version__
 from ..errors import ConfigError, InputError, OutputExistsError
@@ -35,10 +38,11 @@ from ..io.dataset import (
     source_identity,
 )
 from ..io.sources import open_source
+from .engine import Engine, LocalEngine
 from .stage import DATASET, DATASETS, FILE, FOLDER, PATH, SOURCE, Context, Input, Stage, require
 from .stats import Stats
 
-__all__ = ["finished", "input_identity", "run_stage", "stale_reason"]
+__all__ = ["finished", "input_identity", "run_stage", "second_pass", "stale_reason"]
 
 
 def _is_path(value: Any) -> bool:
@@ -145,6 +149,7 @@ def run_stage(
     overwrite: bool = False,
     progress: bool = False,
     resume: bool = False,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
     """Run ``stage`` on ``inputs`` (by input name) into ``out``; return the manifest.
 
@@ -165,6 +170,9 @@ def run_stage(
     resume
         Keep an existing output that is finished (:func:`finished`) instead of redoing it;
         its manifest is returned with ``"skipped": True``.
+    engine
+        Where the batch function runs (:mod:`phisieve.pipeline.engines`; default: here).
+        The output is the same whatever the engine.
 
     Returns
     -------
@@ -196,11 +204,15 @@ def run_stage(
             ctx.values[port.name] = src
     stage.open(ctx)
     state = stage.reduce(ctx)
+    engine = engine or LocalEngine()
+    settings = stage.settings()
+    if engine.name != "local":
+        settings = {**settings, **engine.describe()}
     common = {
         "stage": stage.name,
         "inputs": ids,
         "options": stage.recorded(),
-        "settings": stage.settings(),
+        "settings": settings,
         "overwrite": overwrite,
     }
     if kind == DATASET:
@@ -208,13 +220,17 @@ def run_stage(
             out, stage.schema(ctx, state), rows_per_part=stage.rows_per_part, **common
         ) as writer:
             ctx.writer = writer
-            for batch in stage.batches(ctx, state):
+            batches = engine.batches(stage, ctx, state)
+            if stage.two_pass:
+                batches = second_pass(stage, batches, writer)
+            for batch in batches:
                 writer.write(batch)
             stage.finish(ctx, state)
             return writer.close(**ctx.stats)
     if kind == DATASETS:
         assert parts is not None
-        return _write_parts(stage, ctx, state, out, parts, common)
+        batches = engine.batches(stage, ctx, state)
+        return _write_parts(stage, ctx, state, batches, out, parts, common)
     if kind in (FOLDER, FILE):
         cls = FolderWriter if kind == FOLDER else FileWriter
         with cls(out, **common, secret=stage.output.secret) as writer:
@@ -225,8 +241,40 @@ def run_stage(
     raise ValueError(f"unknown output kind {kind!r}")
 
 
+def second_pass(
+    stage: Stage, batches: Iterable[Any], writer: DatasetWriter
+) -> Iterator[pa.RecordBatch]:
+    """The output of a :attr:`~phisieve.pipeline.stage.Stage.two_pass` stage: ``batches``
+    spilled to an Arrow stream in the output's pending folder (discarded with it if the
+    run dies), read whole by the stage's ``settle``, then read again through its
+    ``finalize``."""
+    spill = writer.side_dir / ".spill.arrows"
+    schema = writer.schema
+    with pa.OSFile(str(spill), "wb") as sink, pa.ipc.new_stream(sink, schema) as out:
+        for b in batches:
+            for piece in b.to_batches() if isinstance(b, pa.Table) else [b]:
+                out.write_batch(piece.cast(schema) if piece.schema != schema else piece)
+
+    def read() -> Iterator[pa.RecordBatch]:
+        with pa.memory_map(str(spill)) as src:
+            yield from pa.ipc.open_stream(src)
+
+    try:
+        settled = stage.settle(read())
+        for b in read():
+            yield stage.finalize(b, settled)
+    finally:
+        spill.unlink(missing_ok=True)
+
+
 def _write_parts(
-    stage: Stage, ctx: Context, state: Any, out: Path, parts: list[str], common: dict[str, Any]
+    stage: Stage,
+    ctx: Context,
+    state: Any,
+    batches: Iterable[Any],
+    out: Path,
+    parts: list[str],
+    common: dict[str, Any],
 ) -> dict[str, Any]:
     schema = stage.schema(ctx, state)
     with ExitStack() as stack:
@@ -242,7 +290,7 @@ def _write_parts(
             for name in parts
         }
         ctx.writer = writers
-        for routed in stage.batches(ctx, state):
+        for routed in batches:
             for name, batch in routed.items():
                 writers[name].write(batch)
         stage.finish(ctx, state)

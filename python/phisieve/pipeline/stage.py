@@ -194,6 +194,19 @@ class Stage:
     """Rows per part file of a dataset output."""
     unit: ClassVar[str] = "documents"
     """What the progress bars count."""
+    two_pass: ClassVar[bool] = False
+    """The rows the batch function makes are read once more before they are written:
+    :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
+    numbers its sequences corpus-wide once every patient's sequences are counted)."""
+    distributed: ClassVar[bool] = False
+    """The batch function can run on a cluster (:mod:`phisieve.pipeline.ray_engine`): its
+    output for a batch depends on that batch alone (and, for a :attr:`grouped` stage, on
+    the patient's earlier rows), it counts in its :class:`Stats` or hands what it kept in
+    the state over through :meth:`gather`, and its output rows follow its input rows."""
+    grouped: ClassVar[bool] = False
+    """The batch function needs each patient's rows together and in order (``encode`` packs
+    a patient's documents into sequences): an engine that partitions the corpus keeps a
+    patient's rows in one partition, in their input order."""
 
     def __init__(self, options: Any = None, /, **values: Any) -> None:
         self.options = options if options is not None else self.Options(**values)
@@ -263,6 +276,35 @@ class Stage:
             yield from _many(self.map(batch, state, ctx.stats))
         for out in self.flush(state, ctx.stats):
             yield from _many(out)
+
+    def group_columns(self) -> tuple[str, str]:
+        """For a :attr:`grouped` stage: the patient column of the main input and of the
+        output."""
+        return ("patient_id", "patient_id")
+
+    def fork(self, state: Any) -> Any:
+        """For a :attr:`grouped` stage: a fresh copy of the batch function's state, for one
+        partition of patients (what :meth:`flush` finishes)."""
+        return state
+
+    def gather(self, state: Any) -> Any:
+        """For a :attr:`distributed` stage whose batch function keeps counts in the reduce's
+        state (rather than in its stats): what it kept since the last call, taken out of
+        ``state`` (a worker sends it to the driver). Default: nothing."""
+        return None
+
+    def absorb(self, state: Any, gathered: list[Any]) -> None:
+        """Fold what the workers' :meth:`gather` sent into the driver's ``state``, before
+        :meth:`finish`."""
+
+    def settle(self, batches: Iterable[pa.RecordBatch]) -> Any:
+        """For a :attr:`two_pass` stage: read every output batch (before it is written) and
+        return what :meth:`finalize` needs."""
+        return None
+
+    def finalize(self, batch: pa.RecordBatch, settled: Any) -> pa.RecordBatch:
+        """For a :attr:`two_pass` stage: an output batch as it is written."""
+        return batch
 
     def finish(self, ctx: Context, state: Any) -> None:
         """After the last batch, before the commit: side files (``ctx.writer.write_side``)
