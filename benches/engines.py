@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -66,6 +67,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50, help="Training steps of each model.")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/phisieve-bench-engines"))
     args = ap.parse_args()
+    # The audit report's date: the same on both engines, so their outputs can be compared.
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "1700000000")
     t0 = time.perf_counter()
     from phisieve.pipeline.ray_engine import connect
 

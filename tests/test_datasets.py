@@ -496,3 +496,22 @@ def test_parts_and_row_groups_do_not_depend_on_batching(
         expected.append(rows)
     got = [pq.read_metadata(pa.BufferReader(b)).num_rows for b in one]
     assert got == expected
+
+
+def test_big_parts_are_the_same_bytes_whatever_the_batches(tmp_path: Path) -> None:
+    """Parquet cuts its pages as the chunks it is given arrive: a part of several MB written
+    from other batches must still be the same bytes."""
+    from phisieve.io.dataset import DatasetWriter, dataset_files
+
+    import hashlib
+
+    texts = [hashlib.sha256(str(i).encode()).hexdigest() * (1 + i % 5) for i in range(20_000)]
+    table = pa.table({"i": list(range(len(texts))), "text": texts})
+    out = []
+    for name, size in (("a", 20_000), ("b", 333), ("c", 4096)):
+        with DatasetWriter(tmp_path / name, table.schema, rows_per_part=12_000) as w:
+            for b in table.to_batches(max_chunksize=size):
+                w.write(b)
+        out.append([Path(f).read_bytes() for f in dataset_files(tmp_path / name)])
+    assert len(out[0]) == 2 and table.nbytes > 2 * 2**20  # pages of 1 MB before compression
+    assert out[0] == out[1] == out[2]

@@ -93,10 +93,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
+ROW_GROUP_ROWS = 16_384
+"""Rows per row group of a dataset's part files: the unit readers (a cluster's tasks, the
+training loader's shuffle) split a part by."""
+
+
+def _atomic_write_table(table: pa.Table, path: Path, row_group_rows: int | None = None) -> None:
     _step("write", path)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_rows)
     _fsync(tmp)
     os.replace(tmp, path)
 
@@ -820,11 +825,14 @@ class DatasetWriter(OutputWriter):
         The schema every written batch is cast to.
     rows_per_part, bytes_per_part
         A part file is written when this many rows or bytes are waiting.
+    row_group_rows
+        Rows per row group of a part file (:data:`ROW_GROUP_ROWS`).
     """
 
     schema: pa.Schema = field(default_factory=pa.schema)
     rows_per_part: int = 100_000
     bytes_per_part: int = 64 * 2**20
+    row_group_rows: int = ROW_GROUP_ROWS
     rows_written: int = field(default=0, init=False)
     _pending: list[pa.RecordBatch] = field(default_factory=list, init=False)
     _pending_rows: int = field(default=0, init=False)
@@ -842,10 +850,12 @@ class DatasetWriter(OutputWriter):
         rows_per_part: int = 100_000,
         bytes_per_part: int = 64 * 2**20,
         settings: dict[str, Any] | None = None,
+        row_group_rows: int = ROW_GROUP_ROWS,
     ) -> None:
         self.schema = schema
         self.rows_per_part = rows_per_part
         self.bytes_per_part = bytes_per_part
+        self.row_group_rows = row_group_rows
         self.rows_written = 0
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         self._parts = {}
@@ -895,14 +905,16 @@ class DatasetWriter(OutputWriter):
 
     def _write_part(self, table: pa.Table) -> None:
         name = f"part-{len(self._parts):05d}.parquet"
-        _atomic_write_table(table, self._tmp.data / name)
+        _atomic_write_table(table, self._tmp.data / name, self.row_group_rows)
         self._parts[name] = table.num_rows
         self.rows_written += table.num_rows
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        self._write_part(pa.Table.from_batches(self._pending, schema=self.schema))
+        # One chunk per column: Parquet's pages are cut as the chunks arrive, so a part
+        # written from other batches would get other bytes.
+        self._write_part(pa.Table.from_batches(self._pending, schema=self.schema).combine_chunks())
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def _extra(self) -> dict[str, Any]:

@@ -28,8 +28,11 @@ stay out of phisieve's output.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -88,12 +91,15 @@ def connect(
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # The C++ core's log lines (warnings about actors' arguments...) off the terminal;
+    # errors still reach phisieve as exceptions.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     quiet: dict[str, Any] = {
         "log_to_driver": False,
         "logging_level": logging.ERROR,
         "configure_logging": True,
     }
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _stderr_aside():
         warnings.simplefilter("ignore", DeprecationWarning)
         if address is not None:
             ray.init(address=address, **quiet)
@@ -105,6 +111,31 @@ def connect(
                 **quiet,
             )
     return True
+
+
+@contextlib.contextmanager
+def _stderr_aside() -> Iterator[None]:
+    """Ray's C++ core prints its start-up lines straight to file descriptor 2: they go to a
+    temporary file, shown only if the start fails."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # pytest's capture, a notebook...
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as aside:
+        os.dup2(aside.fileno(), fd)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, fd)
+            aside.seek(0)
+            sys.stderr.write(aside.read()[-4000:].decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
 
 
 def _quiet() -> None:
@@ -144,17 +175,16 @@ class _Collector:
 
 
 def _read(items: pa.Table, columns: list[str], group: str | None, buckets: int) -> pa.Table:
-    """Row groups of the input (``file``, ``group``, ``first``), each row numbered by its
-    place in the dataset, with a bucket (a hash of its patient) for grouped stages."""
+    """Slices of the input's row groups (``file``, ``group``, ``offset``, ``rows``), each
+    row numbered by its place in the dataset (``first`` is the slice's first), with a
+    bucket (a hash of its patient) for grouped stages."""
     tables = []
-    for f, g, first in zip(
-        items.column("file").to_pylist(),
-        items.column("group").to_pylist(),
-        items.column("first").to_pylist(),
+    for f, g, first, offset, rows in zip(
+        *(items.column(c).to_pylist() for c in ("file", "group", "first", "offset", "rows")),
         strict=True,
     ):
         with pq.ParquetFile(f) as pf:
-            t = pf.read_row_group(g, columns=columns)
+            t = pf.read_row_group(g, columns=columns).slice(offset, rows)
         t = t.append_column(ROW, pa.array(np.arange(first, first + t.num_rows, dtype=np.int64)))
         tables.append(t)
     table = pa.concat_tables(tables)
@@ -324,15 +354,23 @@ class RayEngine(Engine):
         kind = stage.output_kind()
         parts = stage.parts() if kind == DATASETS else None
         schema = stage.schema(ctx, state)
-        items: dict[str, list[Any]] = {"file": [], "group": [], "first": []}
-        first = 0
+        items: dict[str, list[Any]] = {c: [] for c in ("file", "group", "first", "offset", "rows")}
+        groups = []
         for f in dataset_files(src.path):
             meta = pq.read_metadata(f)
-            for g in range(meta.num_row_groups):
+            groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        # Blocks of at most a row group, and small enough to keep every worker busy.
+        total = sum(n for *_, n in groups)
+        target = max(256, -(-total // (8 * self.workers)))
+        first = 0
+        for f, g, n in groups:
+            for offset in range(0, n, target):
                 items["file"].append(f)
                 items["group"].append(g)
-                items["first"].append(first)
-                first += meta.row_group(g).num_rows
+                items["first"].append(first + offset)
+                items["offset"].append(offset)
+                items["rows"].append(min(target, n - offset))
+            first += n
         columns = list(stage.columns) if stage.columns is not None else None
         group = stage.group_columns() if stage.grouped else None
         buckets = self.workers
