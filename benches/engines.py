@@ -84,6 +84,7 @@ def main() -> None:
         on_ray = chain(work, ray, notes, args.steps, done / "demo.key")
         same = fingerprints(work) == expected
         rows = json.loads((done / "notes.meta" / "manifest.json").read_text())["rows"]
+        (args.workdir / "seconds.json").write_text(json.dumps({"local": local, "ray": on_ray}))
         print(f"\n{rows:,} notes, steps {args.steps}: same outputs on both engines: {same}")
         print("| stage | local s | ray s | ray / local | share of local |")
         print("|---|---:|---:|---:|---:|")

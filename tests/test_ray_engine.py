@@ -155,3 +155,36 @@ def test_a_local_ray_leaves_nothing_in_the_home_folder(tmp_path) -> None:
     assert run.stdout.strip() == "dashboard"
     assert list(home.rglob("*")) == []
     assert "Started a local Ray instance" not in run.stdout + run.stderr
+
+
+def test_ray_refuses_what_the_local_engine_refuses(tmp_path, minilm, ray_local) -> None:
+    """A patient whose documents are not consecutive: the same InputError (file, row,
+    column) from both engines, never a Ray traceback, never the note's text."""
+    import pyarrow as pa
+
+    from phisieve.encode.stage import EncodeStage
+    from phisieve.errors import InputError
+    from phisieve.io.sources import write_dataset
+    from phisieve.pipeline.runner import run_stage
+
+    docs = pa.table(
+        {
+            "doc_id": ["d0", "d1", "d2", "d3"],
+            "patient_id": ["a", "a", "b", "a"],
+            "text": ["secret alpha", "beta", "gamma", "delta"],
+        }
+    )
+    write_dataset(docs, tmp_path / "docs")
+    errors = []
+    for engine in (LocalEngine(), make_engine("ray", workers=2)):
+        with pytest.raises(InputError, match="not consecutive") as e:
+            run_stage(
+                EncodeStage(max_len=16),
+                {"docs": tmp_path / "docs", "tokenizer": minilm},
+                tmp_path / f"enc-{engine.name}",
+                engine=engine,
+            )
+        errors.append((e.value.row, e.value.column))
+        assert "secret" not in str(e.value)
+        assert not (tmp_path / f"enc-{engine.name}").exists()
+    assert errors == [(3, "patient_id"), (3, "patient_id")]

@@ -46,6 +46,7 @@ with warnings.catch_warnings():
     import ray
     import ray.data
 
+from ..errors import InputError, PhisieveError
 from ..io.dataset import dataset_files
 from .engine import Engine
 from .stage import DATASET, DATASETS, _many
@@ -251,6 +252,36 @@ def _state(ref: Any) -> Any:
     return _STATES[key]
 
 
+def _check_consecutive(table: pa.Table, group: str, where: str) -> None:
+    """Refuse a patient whose rows are not consecutive in the input, as the local engine
+    does, naming the first row where one comes back after another patient's."""
+    import polars as pl
+
+    rows = pl.DataFrame({"p": table.column(group).combine_chunks(), "r": table.column(ROW)})
+    gaps = rows.with_columns(prev=pl.col("r").shift(1).over("p")).filter(
+        pl.col("prev").is_not_null() & (pl.col("r") != pl.col("prev") + 1)
+    )
+    if gaps.height:
+        raise InputError(
+            "the documents of a patient are not consecutive (sort or group the documents by "
+            "patient first)",
+            path=where,
+            row=int(gaps["r"].min()),
+            column=group,
+        )
+
+
+def _unwrapped(error: BaseException) -> BaseException | None:
+    """The phisieve error a Ray task raised, out of Ray's wrappers."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, PhisieveError):
+            return error
+        error = getattr(error, "cause", None) or error.__cause__  # type: ignore[assignment]
+        seen += 1
+    return None
+
+
 def _map_group(
     table: pa.Table,
     stage: Any,
@@ -260,12 +291,14 @@ def _map_group(
     parts: list[str] | None,
     group_in: str,
     group_out: str,
+    where: str,
 ) -> pa.Table:
     """The batch function on a whole partition of patients (a task; the state is loaded
     once per worker process): the rows put back in input order, the state fresh for the
     partition, and each output row keyed by its patient's first row and its place among
     the patient's output rows."""
     table = table.sort_by(ROW)
+    _check_consecutive(table, group_in, where)
     fresh = stage.fork(_state(state[0]))
     stats = Stats()
     data = table.drop_columns([c for c in _INTERNAL if c in table.column_names])
@@ -415,13 +448,20 @@ class RayEngine(Engine):
                             "parts": parts,
                             "group_in": group[0],
                             "group_out": group[1],
+                            "where": src.name,
                         },
                         batch_format="pyarrow",
                     )
                     .sort([FIRST, SUB])
                 )
-            for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                yield from _route(table, parts)
+            try:
+                for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                    yield from _route(table, parts)
+            except Exception as e:
+                cause = _unwrapped(e)
+                if cause is None:
+                    raise
+                raise cause from None
             advance(src.num_rows or 0)
         stats, gathered = ray.get(collector.get.remote())
         ctx.stats.merge(stats)
