@@ -431,7 +431,9 @@ class RayEngine(Engine):
                 ds = ds.map_batches(
                     _bound(args),
                     batch_format="pyarrow",
-                    batch_size=stage.batch_rows,
+                    # Whole blocks (the actor cuts them into the stage's batches): with a
+                    # batch size, Ray Data fed one actor of the pool and left the others idle.
+                    batch_size=None,
                     compute=ray.data.ActorPoolStrategy(size=self.workers),
                     num_cpus=self.actor_cpus,
                 )
