@@ -501,9 +501,9 @@ def test_parts_and_row_groups_do_not_depend_on_batching(
 def test_big_parts_are_the_same_bytes_whatever_the_batches(tmp_path: Path) -> None:
     """Parquet cuts its pages as the chunks it is given arrive: a part of several MB written
     from other batches must still be the same bytes."""
-    from phisieve.io.dataset import DatasetWriter, dataset_files
-
     import hashlib
+
+    from phisieve.io.dataset import DatasetWriter, dataset_files
 
     texts = [hashlib.sha256(str(i).encode()).hexdigest() * (1 + i % 5) for i in range(20_000)]
     table = pa.table({"i": list(range(len(texts))), "text": texts})
