@@ -231,13 +231,23 @@ class _Mapper:
         self.schema, self.parts = schema, parts
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        stats = Stats()
-        data = table.drop_columns([c for c in _INTERNAL if c in table.column_names])
-        outs: list[Any] = []
-        for batch in data.to_batches(max_chunksize=self.stage.batch_rows):
-            outs.extend(_many(self.stage.map(batch, self.state, stats)))
-        ray.get(self.collector.add.remote(dict(stats), self.stage.gather(self.state)))
+        outs = _apply(self.stage, self.state, table, self.collector, flush=False)
         return _output(outs, self.schema, self.parts)
+
+
+def _apply(stage: Any, state: Any, table: pa.Table, collector: Any, *, flush: bool) -> list[Any]:
+    """The stage's batch function over ``table`` (its internal columns dropped) in batches
+    of the stage's size, then its flush when asked; the stats and what the state kept go
+    to the collector."""
+    stats = Stats()
+    data = table.drop_columns([c for c in _INTERNAL if c in table.column_names])
+    outs: list[Any] = []
+    for batch in data.to_batches(max_chunksize=stage.batch_rows):
+        outs.extend(_many(stage.map(batch, state, stats)))
+    for out in stage.flush(state, stats) if flush else ():
+        outs.extend(_many(out))
+    ray.get(collector.add.remote(dict(stats), stage.gather(state)))
+    return outs
 
 
 _STATES: dict[str, Any] = {}
@@ -300,15 +310,7 @@ def _map_group(
     table = table.sort_by(ROW)
     _check_consecutive(table, group_in, where)
     fresh = stage.fork(_state(state[0]))
-    stats = Stats()
-    data = table.drop_columns([c for c in _INTERNAL if c in table.column_names])
-    outs: list[Any] = []
-    for batch in data.to_batches(max_chunksize=stage.batch_rows):
-        outs.extend(_many(stage.map(batch, fresh, stats)))
-    for out in stage.flush(fresh, stats):
-        outs.extend(_many(out))
-    ray.get(collector.add.remote(dict(stats), stage.gather(fresh)))
-    out = _output(outs, schema, parts)
+    out = _output(_apply(stage, fresh, table, collector, flush=True), schema, parts)
     first: dict[str, int] = {}
     for p, r in zip(table.column(group_in).to_pylist(), table.column(ROW).to_pylist(), strict=True):
         first.setdefault(str(p), r)
