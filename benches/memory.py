@@ -6,7 +6,7 @@ each budget and n-gram length. The peak RSS of the run is compared with the budg
 the *baseline*: the peak of a process that only imports what ``phisieve index`` imports
 (Python, pyarrow, polars, numpy, phisieve). ``passes`` and ``index MiB`` (the largest
 ``peak_index_bytes`` of a pass: the index's tables, vocabulary and what finishing a pass adds,
-as phisieve counts them) come from the run's ``stats.json``.
+as phisieve counts them) come from the run's manifest (``execution``).
 
     python benches/memory.py                                  # 50 MB; none, 256MB, 64MB, 16MB
     python benches/memory.py --sizes 50,500 --ngrams 1,2 --budgets none,256MB,64MB
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/phisieve-bench"))
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
-    from phisieve.io.dataset import side_file
+    from phisieve.io.dataset import read_manifest
     from phisieve.term_index.build import parse_size
 
     base = run([])["peak_mib"]
@@ -116,7 +116,7 @@ def main() -> None:
                     if "error" in got:
                         print(f"| {size / 1e6:.0f} | {ngram} | {budget} | refused: {got['error']}")
                         continue
-                    stats = json.loads(side_file(out, "stats.json").read_text())
+                    stats = read_manifest(out)["execution"]
                 limit = parse_size(budget) if budget != "none" else None
                 over = got["peak_mib"] - base
                 mark = "" if limit is None else f" ({over * 2**20 / limit:.1f}x)"

@@ -156,6 +156,19 @@ def test_corpus_stats_count_patients_and_skip_null_notes():
     assert dictionaries.CorpusStats(patients=1000, words=stats.words).rare_limit(0.03) == 30
 
 
+def test_corpus_stats_of_pieces_split_by_patient_combine_into_the_whole():
+    rows = [("a", "Levo on"), ("b", "levo off"), ("a", "levo"), ("c", "on off"), ("b", "x")]
+    whole = dictionaries.CorpusStats.of(corpus(rows))
+    pieces = [
+        dictionaries.CorpusStats.of(corpus([r for r in rows if r[0] in group]))
+        for group in ("ab", "c")
+    ]
+    got = dictionaries.CorpusStats.combine(pieces)
+    assert got.patients == whole.patients == 3
+    assert got.words.rows() == [("levo", 2), ("off", 2), ("on", 2), ("x", 1)]
+    assert got.words.equals(dictionaries.CorpusStats.combine([whole]).words)
+
+
 # -- Stanza ---------------------------------------------------------------------------------
 
 

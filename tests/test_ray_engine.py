@@ -66,7 +66,7 @@ def _outputs(root: Path) -> dict[str, object]:
         manifests[p.relative_to(root).as_posix()] = {
             k: v
             for k, v in m.items()
-            if k not in ("write_id", "settings", "seconds", "timings")
+            if k not in ("write_id", "settings", "seconds", "timings", "execution")
             and not k.endswith("_seconds")
         }
     return {"files": files, "manifests": manifests}
@@ -106,6 +106,14 @@ def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch
             "fingerprint"
         ]
     )
+
+    # The reduce steps ran on Ray too: the index of the whole corpus is the merge of the
+    # indexes of 2 pieces that split it by patient.
+    def pieces(root: Path) -> int:
+        m = json.loads((root / "terms.meta" / "manifest.json").read_text())
+        return m["execution"]["pieces"]
+
+    assert (pieces(tmp_path / "local"), pieces(work)) == (1, 2)
     # 1 and 4 workers, up to the encoded datasets (what follows runs in the driver).
     upto = {
         kind: {n: v for n, v in d.items() if not n.startswith(("bert", "model", "report"))}
@@ -188,3 +196,85 @@ def test_ray_refuses_what_the_local_engine_refuses(tmp_path, minilm, ray_local) 
         assert "secret" not in str(e.value)
         assert not (tmp_path / f"enc-{engine.name}").exists()
     assert errors == [(3, "patient_id"), (3, "patient_id")]
+
+
+@pytest.fixture(scope="module")
+def synth_docs(tmp_path_factory) -> Path:
+    import phisieve
+
+    docs = tmp_path_factory.mktemp("synth") / "docs"
+    phisieve.synth(docs, patients=60, seed=3)
+    return docs
+
+
+def _patients_in(piece) -> dict[str, object]:
+    from phisieve.io.sources import open_source
+
+    table = open_source(piece).table()
+    return {"rows": table.column("doc_id").to_pylist(), "patients": table.column("patient_id")}
+
+
+def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
+    tmp_path, ray_local
+) -> None:
+    """``Engine.scan``: with ``by``, every patient's rows in one piece, in input order; all
+    rows once; an empty input gives one empty piece; the local engine gives one piece."""
+    import pyarrow as pa
+
+    from phisieve.io.sources import open_source, write_dataset
+    from phisieve.pipeline.stage import Context
+    from phisieve.term_index.stage import IndexStage
+
+    n = 3000
+    docs = pa.table(
+        {
+            "doc_id": [f"d{i:05d}" for i in range(n)],
+            "patient_id": [f"p{i // 7}" for i in range(n)],
+            "text": ["x"] * n,
+        }
+    )
+    write_dataset(docs, tmp_path / "docs")
+    write_dataset(docs.slice(0, 0), tmp_path / "empty")
+    ray = make_engine("ray", workers=2)
+    for name, engine in (("ray", ray), ("local", LocalEngine())):
+        ctx = Context(IndexStage(), {"docs": open_source(tmp_path / "docs")}, {}, tmp_path)
+        got = engine.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"], by="patient_id")
+        assert len(got) == (2 if name == "ray" else 1)
+        rows = [r for g in got for r in g["rows"]]
+        assert sorted(rows) == docs.column("doc_id").to_pylist()
+        for g in got:
+            assert g["rows"] == sorted(g["rows"])  # input order within a piece
+        owners = [set(g["patients"].to_pylist()) for g in got]
+        assert sum(len(o) for o in owners) == len(set().union(*owners)) == -(-n // 7)
+        ctx = Context(IndexStage(), {"docs": open_source(tmp_path / "empty")}, {}, tmp_path)
+        empty = engine.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"], by="patient_id")
+        assert [g["rows"] for g in empty] == [[]]
+    blocks = ray.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"])
+    assert [g["rows"] for g in blocks] == [[]]
+
+
+@pytest.mark.parametrize("scope", ["identifying", "patient", "corpus"])
+def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs, scope):
+    """The index's reduce on Ray (pieces by patient, merged) writes the local index's bytes,
+    stats.json and blacklist.txt included, for bigrams counted in passes under a memory
+    budget and every direct scope; only how it was counted (the manifest's ``execution``)
+    differs."""
+    from phisieve.detect.run import DetectStage
+    from phisieve.pipeline.runner import run_stage
+    from phisieve.term_index.stage import IndexStage
+
+    spans = tmp_path / "spans"
+    run_stage(DetectStage(recognizers="rules"), {"docs": synth_docs}, spans)
+    outs = {}
+    for engine in (LocalEngine(), make_engine("ray", workers=2)):
+        out = tmp_path / f"terms-{engine.name}"
+        stage = IndexStage(ngram=2, direct_scope=scope, memory_budget="1MB")
+        m = run_stage(stage, {"docs": synth_docs, "spans": spans}, out, engine=engine)
+        files = sorted(p for p in out.parent.glob(out.name + "*/*") if p.name != "manifest.json")
+        outs[engine.name] = ({p.name: p.read_bytes() for p in files}, m)
+    (local, lm), (ray, rm) = outs["local"], outs["ray"]
+    assert set(local) == {"part-00000.parquet", "blacklist.txt", "stats.json"}
+    assert local == ray
+    assert lm["fingerprint"] == rm["fingerprint"] and lm["per_n"]["2"]["indirect_terms"] > 0
+    assert (lm["execution"]["pieces"], rm["execution"]["pieces"]) == (1, 2)
+    assert lm["execution"]["partitions"] > 1  # counted in passes under the budget

@@ -39,10 +39,15 @@ def keygen(m: dict[str, Any], out: Path) -> Lines:
 
 def index_summary(stats: dict[str, Any]) -> Lines:
     """A readable table of an index's statistics."""
+    run = stats.get("execution", {})
+    how = ""
+    if run:
+        how = f", {run['passes']} pass(es), index peak {run['peak_index_bytes'] / 2**20:,.1f} MiB"
+        if run.get("pieces", 1) > 1:
+            how += f" (the largest of {run['pieces']} pieces)"
     lines: Lines = [
         f"[bold]{stats['documents']:,} documents[/], {stats['patients']:,} patients, "
-        f"{stats['tokens']:,} words; k = {stats['k']}, "
-        f"{stats['passes']} pass(es), index peak {stats['peak_index_bytes'] / 2**20:,.1f} MiB"
+        f"{stats['tokens']:,} words; k = {stats['k']}{how}"
     ]
     table = Table(
         title="indirect identifiers: terms used by fewer than k patients "

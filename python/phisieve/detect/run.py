@@ -31,8 +31,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from ..io.dataset import DatasetWriter
 from ..io.schema import SPANS, spans_array
 from ..io.sources import BatchSource, open_source, require_columns
 from ..pipeline.options import option
-from ..pipeline.progress import progress_bar
+from ..pipeline.progress import counted, progress_bar
 from ..pipeline.stage import PATH, Context, Input, Stage
 from ..pipeline.stats import Stats
 from ..text.words import normalize_word, tokenize
@@ -167,21 +168,48 @@ class _Dictionaries:
     known_places: pl.DataFrame
 
 
-def _learn(src: BatchSource, progress: bool) -> _Dictionaries:
+Pieces = Callable[..., list[Any]]
+"""A reduce step's runner: ``pieces(fn, columns, by=..., label=...)`` is ``fn``'s results on
+pieces of the corpus (:meth:`phisieve.pipeline.stage.Context.pieces`)."""
+
+
+def _learn(src: BatchSource, progress: bool, pieces: Pieces | None = None) -> _Dictionaries:
     """First passes of the ``lists`` recognizer: patients per word, and the places named after
-    a trigger anywhere in the corpus (flagged everywhere after)."""
+    a trigger anywhere in the corpus (flagged everywhere after). With ``pieces`` (the run's
+    engine), both passes run on pieces of the corpus and their counts add."""
+    if pieces is None:
+
+        def pieces(
+            fn: Callable[[Any], Any],
+            columns: list[str],
+            *,
+            by: str | None = None,
+            label: str | None = None,
+        ) -> list[Any]:
+            read = src if label is None else counted(src, label, unit="documents", enabled=progress)
+            return [fn(read)]
+
     lex = dictionaries.lexicon()
-    stats = dictionaries.CorpusStats.of(src)
-    counts = []
-    with progress_bar(
-        "learn places", total=src.num_rows, unit="documents", enabled=progress
-    ) as adv:
-        for b in src.batches(["text"]):
-            tok = _features(b.column("text"), lex, stats)
-            counts.append(dictionaries.harvest(tok))
-            adv(b.num_rows)
+    # Without patient ids each document counts as its own patient.
+    who = "patient_id" if "patient_id" in src.schema.names else "doc_id"
+    stats = dictionaries.CorpusStats.combine(
+        pieces(dictionaries.CorpusStats.of, [who, "text"], by=who)
+    )
+    counts = pieces(partial(_harvest, stats=stats), ["text"], label="learn places")
     known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF)
     return _Dictionaries(lex, stats, known)
+
+
+def _harvest(piece: Any, stats: dictionaries.CorpusStats) -> pl.DataFrame:
+    """The context places named in ``piece``, counted (:func:`dictionaries.harvest`)."""
+    lex = dictionaries.lexicon()
+    counts = [
+        dictionaries.harvest(_features(b.column("text"), lex, stats))
+        for b in open_source(piece).batches(["text"])
+    ]
+    if not counts:
+        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32, "uses": pl.UInt32})
+    return pl.concat(counts)
 
 
 def _features(texts: pa.Array, lex: Any, stats: Any) -> pl.DataFrame:
@@ -312,10 +340,11 @@ def detector(
     dictionaries_enabled: bool = True,
     corpus: Any = None,
     model_options: dict[str, Any] | None = None,
+    pieces: Pieces | None = None,
 ) -> Detector:
     """Load the recognizers and, for ``lists``, learn the dictionaries' statistics of the
     corpus (``src``, or ``corpus`` when given): the reduce step of detection (the
-    parameters are :func:`detect`'s)."""
+    parameters are :func:`detect`'s; ``pieces``, the run's engine for ``src``)."""
     recognizers = list(recognizers)
     thresholds = check_recognizers(recognizers, min_score)
     models: dict[str, Any] = {}
@@ -335,7 +364,7 @@ def detector(
     learnt = None
     if "lists" in recognizers and dictionaries_enabled:
         if corpus is None:
-            learnt = _learn(src, progress)
+            learnt = _learn(src, progress, pieces)
         else:
             learn_src = open_source(corpus, 4096)
             require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
@@ -519,6 +548,7 @@ class DetectStage(Stage):
             stanza=stanza_options(o.stanza_model),
             workers=o.workers,
             progress=ctx.progress,
+            pieces=partial(ctx.pieces, "docs"),
         )
 
     def map(self, batch: pa.RecordBatch, state: Detector, stats: Stats) -> pa.RecordBatch:

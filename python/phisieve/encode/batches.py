@@ -134,6 +134,16 @@ def collect_span_words(
     return found
 
 
+def patient_span_words(
+    piece: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> dict[str, set[str]]:
+    """Per patient, the words of the direct spans in ``piece`` (documents): the pass before
+    encoding, which the engine may run on pieces of the corpus (a patient's words are the
+    union of the pieces')."""
+    src = open_source(piece)
+    return collect_span_words(src, spans, doc_col, patient_col, text_col, normalize).patient_words()
+
+
 def resolve_options(
     terms: pa.Table | None, normalize: str | None, direct_scope: str | None
 ) -> tuple[str, str]:

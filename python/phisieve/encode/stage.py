@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..pipeline.runner import run_stage
 from ..pipeline.stage import PATH, Context, Input, Stage, require
 from ..pipeline.stats import Stats
 from ..protection.scope import DocSpans
-from .batches import Encoder, collect_span_words, protection_report, resolve_options
+from .batches import Encoder, patient_span_words, protection_report, resolve_options
 from .numbering import SequenceOffsets, count_sequences
 from .pack import ENCODED
 from .tokenizer import SpecialTokens, load_tokenizer, open_tokenizer
@@ -226,10 +227,23 @@ class EncodeStage(Stage):
         if doc_spans is not None and direct_scope != "span":
             # The patients' span words are needed before their documents are encoded: a
             # one-shot stream is held in memory to be read twice.
-            src = ctx.hold("docs")
-            direct_words = collect_span_words(
-                src, doc_spans, o.doc_col, o.patient_col, o.text_col, normalize
-            ).patient_words()
+            ctx.hold("docs")
+            direct_words = {}
+            for found in ctx.pieces(
+                "docs",
+                partial(
+                    patient_span_words,
+                    spans=doc_spans,
+                    doc_col=o.doc_col,
+                    patient_col=o.patient_col,
+                    text_col=o.text_col,
+                    normalize=normalize,
+                ),
+                [o.doc_col, o.patient_col, o.text_col],
+                label="span words",
+            ):
+                for patient, words in found.items():
+                    direct_words.setdefault(patient, set()).update(words)
         encoder = Encoder(
             tok,
             terms=term_table,

@@ -40,7 +40,7 @@ import pyarrow as pa
 from .. import _core
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..io.schema import SPAN, SPANS, spans_array
-from ..io.sources import require_columns
+from ..io.sources import open_source, require_columns
 from ..pipeline.options import option
 from ..pipeline.runner import run_stage
 from ..pipeline.stage import PATH, Context, Input, Stage
@@ -128,6 +128,17 @@ _DATE_SHAPES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 _DATE_LIKE = r"^[0-9]{1,4}[-/][0-9]{1,4}([-/][0-9]{1,4})?$|^[0-9]{4}$"
 """Content that may have a date shape: a quick filter before :data:`_DATE_SHAPES`."""
+
+
+def latest_years(piece: Any) -> dict[str, int]:
+    """Each patient's latest placeholder year in ``piece`` (documents with ``patient_id``
+    and ``text``): the pass before surrogates, which the engine may run on pieces of the
+    corpus (the whole corpus's anchor is the largest of the pieces')."""
+    years: dict[str, int] = {}
+    for b in open_source(piece).batches(["patient_id", "text"]):
+        for p, y in date_anchors(find(b.column("text")), b.column("patient_id")).iter_rows():
+            years[p] = max(y, years.get(p, y))
+    return years
 
 
 def date_anchors(found: pa.Table, patients: pa.Array) -> pl.DataFrame:
@@ -912,9 +923,8 @@ class SurrogateStage(Stage):
             report_unknown=self.options.report_unknown_categories,
         )
         anchors = filler.anchors
-        for b in ctx.scan("docs", ["patient_id", "text"], "dates"):
-            latest = date_anchors(find(b.column("text")), b.column("patient_id"))
-            for p, y in latest.iter_rows():
+        for found in ctx.pieces("docs", latest_years, ["patient_id", "text"], label="dates"):
+            for p, y in found.items():
                 anchors[p] = max(y, anchors.get(p, y))
         return filler
 

@@ -3,8 +3,10 @@ one): the base class, and the local engine."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from .progress import counted
 
 __all__ = ["Engine", "LocalEngine"]
 
@@ -16,6 +18,30 @@ class Engine:
 
     def batches(self, stage: Any, ctx: Any, state: Any) -> Iterator[Any]:
         """Every output batch of ``stage`` (after its reduce), in a deterministic order."""
+        raise NotImplementedError
+
+    def scan(
+        self,
+        ctx: Any,
+        name: str,
+        fn: Callable[[Any], Any],
+        columns: list[str] | None = None,
+        *,
+        by: str | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """A reduce step: ``fn`` applied to pieces of the dataset input ``name`` that
+        together hold each of its rows once; the results, back in this process.
+
+        A piece is a :class:`~phisieve.io.sources.BatchSource` or an Arrow table of
+        ``columns`` (``fn`` reads it with :func:`~phisieve.io.sources.open_source`); with
+        ``by``, every row with the same value of that column (a patient's documents) is in
+        one piece. There is at least one piece (an empty table when the input has no row).
+        How the input is cut, and the results' order, depend on the engine: the caller
+        combines them so that its result does not (counts add, tables are sorted). ``fn``
+        must be picklable (a module-level function or class), and so must its result. With
+        ``label``, a progress bar counts the rows read (otherwise ``fn`` draws its own).
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -33,3 +59,19 @@ class LocalEngine(Engine):
 
     def batches(self, stage: Any, ctx: Any, state: Any) -> Iterator[Any]:
         return stage.batches(ctx, state)
+
+    def scan(
+        self,
+        ctx: Any,
+        name: str,
+        fn: Callable[[Any], Any],
+        columns: list[str] | None = None,
+        *,
+        by: str | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """One piece: the whole input, streamed (see :meth:`Engine.scan`)."""
+        src = ctx.source(name)
+        if label is not None:
+            src = counted(src, label, unit=ctx.stage.unit, enabled=ctx.progress)
+        return [fn(src)]

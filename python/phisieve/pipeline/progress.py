@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -14,6 +15,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+from ..io.sources import BatchSource
 
 _console = Console(stderr=True)
 
@@ -57,3 +60,15 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(previous)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def counted(src: BatchSource, label: str, *, unit: str = "", enabled: bool = True) -> BatchSource:
+    """``src``, drawing a progress bar of the rows read each time it is read."""
+
+    def batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        with progress_bar(label, total=src.num_rows, unit=unit, enabled=enabled) as advance:
+            for batch in src.batches(columns):
+                yield batch
+                advance(batch.num_rows)
+
+    return BatchSource(batches, src.schema, src.reiterable, src.name, src.num_rows, src.path)

@@ -17,9 +17,14 @@ whose main input is a dataset on disk:
    writes the same part files as the local engine, through the same dataset contract; the
    workers' stats are merged.
 
-The reduce (the corpus statistics a batch function needs), and the stages whose work is
-not a distributed batch function (models, reports, the index's counts), run in the driver
-process, as with the local engine.
+The reduce steps (the corpus statistics a batch function needs) run on the cluster too,
+through :meth:`RayEngine.scan`: a function on Ray's blocks, or, when its counts need each
+patient whole, on partitions by a hash of the patient id (an all-to-all step); the driver
+only combines the pieces' results. The index is the merge of the indexes of its pieces
+(:func:`phisieve.merge_terms`: equal to the one-pass index), the protected share and the
+``lists`` recognizer's statistics add up, ``surrogate``'s date anchors take the latest
+year, ``encode``'s span words the union. The stages whose work is neither (models,
+reports) run in the driver process, as with the local engine.
 
 Setup (:func:`connect`): Ray is started only when it is not running already; a local
 instance gets no dashboard, a bounded object store and no token file, and Ray's own logs
@@ -31,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import sys
 import tempfile
 import warnings
@@ -48,7 +54,7 @@ with warnings.catch_warnings():
 
 from ..errors import InputError, PhisieveError
 from ..io.dataset import dataset_files
-from .engine import Engine
+from .engine import Engine, LocalEngine
 from .stage import DATASET, DATASETS, _many
 from .stats import Stats
 
@@ -324,6 +330,21 @@ def _map_group(
     return out.append_column(SUB, pa.array(subs, pa.int64()))
 
 
+def _piece(table: pa.Table, fn: list[Any]) -> pa.Table:
+    """A reduce step's function on one piece (a block, or a partition of patients put back
+    in input order): its result, pickled, and the rows it read."""
+    if ROW in table.column_names:
+        table = table.sort_by(ROW)
+    data = table.drop_columns([c for c in _INTERNAL if c in table.column_names])
+    result = _state(fn[0])(data)
+    return pa.table(
+        {
+            "rows": pa.array([data.num_rows], pa.int64()),
+            "result": pa.array([pickle.dumps(result, protocol=5)], pa.large_binary()),
+        }
+    )
+
+
 def _bound(args: tuple[Any, ...]) -> type:
     """:class:`_Mapper` with its arguments bound (sent with the class, not as constructor
     arguments, which Ray would log about)."""
@@ -384,11 +405,10 @@ class RayEngine(Engine):
             return stage.batches(ctx, state)
         return self._distributed(stage, ctx, state, src)
 
-    def _distributed(self, stage: Any, ctx: Any, state: Any, src: Any) -> Iterator[Any]:
+    def _dataset(self, src: Any, columns: list[str] | None, group: str | None) -> ray.data.Dataset:
+        """The input's rows as a Ray dataset: slices of its row groups read by Ray tasks,
+        each row numbered by its place (and, with ``group``, given its patient's bucket)."""
         _data_context(self.workers)
-        kind = stage.output_kind()
-        parts = stage.parts() if kind == DATASETS else None
-        schema = stage.schema(ctx, state)
         items: dict[str, list[Any]] = {c: [] for c in ("file", "group", "first", "offset", "rows")}
         groups = []
         for f in dataset_files(src.path):
@@ -406,25 +426,72 @@ class RayEngine(Engine):
                 items["offset"].append(offset)
                 items["rows"].append(min(target, n - offset))
             first += n
-        columns = list(stage.columns) if stage.columns is not None else None
-        group = stage.group_columns() if stage.grouped else None
-        buckets = self.workers
-        # One block per row group, so the reads spread over the workers.
+        # One block per slice, so the reads spread over the workers.
         table = pa.table(items)
         ds = ray.data.from_arrow([table.slice(i, 1) for i in range(table.num_rows)])
-        ds = ds.map_batches(
+        return ds.map_batches(
             _read,
             batch_format="pyarrow",
             batch_size=1,
             # The same CPUs as the batch function's actors, so that Ray fuses the read into
             # them (a read task waiting for a CPU that the actors hold would wait forever).
             num_cpus=self.actor_cpus,
-            fn_kwargs={
-                "columns": None if columns is None else [*columns],
-                "group": group[0] if group else None,
-                "buckets": buckets,
-            },
+            fn_kwargs={"columns": columns, "group": group, "buckets": self.workers},
         )
+
+    def scan(
+        self,
+        ctx: Any,
+        name: str,
+        fn: Any,
+        columns: list[str] | None = None,
+        *,
+        by: str | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """``fn`` in Ray tasks on the input's blocks, or with ``by`` on partitions by a hash
+        of that column (an all-to-all step); one piece here for an input held in memory
+        (see :meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        src = ctx.source(name)
+        if getattr(src, "path", None) is None:
+            return LocalEngine().scan(ctx, name, fn, columns, by=by, label=label)
+        cols = None if columns is None else list(dict.fromkeys([*columns, *([by] if by else [])]))
+        ds = self._dataset(src, cols, by)
+        kwargs = {"fn": [ray.put(fn)]}
+        if by is None:
+            ds = ds.map_batches(
+                _piece, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs,
+                num_cpus=self.actor_cpus,
+            )  # fmt: skip
+        else:
+            ds = ds.groupby(BUCKET).map_groups(_piece, fn_kwargs=kwargs, batch_format="pyarrow")
+        results = []
+        with ctx.bar(label or name, src.num_rows, ctx.stage.unit) as advance:
+            try:
+                for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                    for rows, blob in zip(
+                        table.column("rows").to_pylist(), table.column("result").to_pylist(),
+                        strict=True,
+                    ):  # fmt: skip
+                        results.append(pickle.loads(blob))
+                        advance(rows)
+            except Exception as e:
+                cause = _unwrapped(e)
+                if cause is None:
+                    raise
+                raise cause from None
+        if not results:
+            empty = pa.schema([src.schema.field(c) for c in cols]) if cols else src.schema
+            results.append(fn(empty.empty_table()))
+        return results
+
+    def _distributed(self, stage: Any, ctx: Any, state: Any, src: Any) -> Iterator[Any]:
+        kind = stage.output_kind()
+        parts = stage.parts() if kind == DATASETS else None
+        schema = stage.schema(ctx, state)
+        columns = list(stage.columns) if stage.columns is not None else None
+        group = stage.group_columns() if stage.grouped else None
+        ds = self._dataset(src, columns, group[0] if group else None)
         collector = _Collector.remote()  # type: ignore[attr-defined]
         state_ref = ray.put(state)
         args = (stage, [state_ref], collector, schema, parts)

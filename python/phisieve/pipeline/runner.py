@@ -195,7 +195,8 @@ def run_stage(
         _check_folder_of_datasets(out, parts)
     for target in targets:
         check_output(target, overwrite, ids, kind=kind if kind == FILE else DATASET)
-    ctx = Context(stage, values, ids, out, progress, Stats())
+    engine = engine or LocalEngine()
+    ctx = Context(stage, values, ids, out, progress, Stats(), engine=engine)
     for port in stage.inputs:
         value = values[port.name]
         if port.kind == DATASET and value is not None and not port.many:
@@ -204,7 +205,6 @@ def run_stage(
             ctx.values[port.name] = src
     stage.open(ctx)
     state = stage.reduce(ctx)
-    engine = engine or LocalEngine()
     settings = stage.settings()
     if engine.name != "local":
         settings = {**settings, **engine.describe()}

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..io.sources import BatchSource, open_source, require_columns
+from .engine import LocalEngine
 from .options import deciding, settings
 from .progress import progress_bar
 from .stats import Stats
@@ -120,6 +121,9 @@ class Context:
     stats: Stats = field(default_factory=Stats)
     writer: Any = None
     """The output's writer while the stage writes (side files, rejected rows)."""
+    engine: Any = None
+    """Where the batch function and the reduce steps run
+    (:class:`~phisieve.pipeline.engine.Engine`; ``None``: here)."""
 
     def source(self, name: str) -> BatchSource:
         """The opened dataset input ``name``."""
@@ -148,6 +152,21 @@ class Context:
         if not src.reiterable:
             raise InputError(f"the {self.stage.name} stage {why}: pass a dataset or a table")
         return src
+
+    def pieces(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        columns: Iterable[str] | None = None,
+        *,
+        by: str | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """A reduce step over the dataset input ``name`` on the run's engine: ``fn``'s
+        results on pieces of it (:meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        engine = self.engine if self.engine is not None else LocalEngine()
+        cols = list(columns) if columns is not None else None
+        return engine.scan(self, name, fn, cols, by=by, label=label)
 
     @contextmanager
     def bar(self, label: str, total: int | None, unit: str = "") -> Iterator[Callable[[int], None]]:

@@ -680,25 +680,62 @@ def protected_share(
     indirect word occurrences. Under ``memory_budget`` the text is read and marked by
     pieces, as the index reads it.
     """
-    budget = parse_size(memory_budget)
-    m = marker(terms, normalize)
-    src = open_source(source, batch_size=batch_size)
-    require_columns(src.schema, [text_col], src.name)
-    piece_bytes = None
-    if budget is not None:
-        src = _lean_source(src, _read_rows(budget, batch_size))
-        piece_bytes = max(budget // READ_SHARE, MIN_PIECE)
+    counts = ProtectedCounts(terms, normalize, text_col, batch_size, memory_budget, progress)
+    return shares([counts(source)])
+
+
+class ProtectedCounts:
+    """Word occurrences, and those each n-gram policy protects, in a piece of a corpus
+    (:func:`protected_share`; a reduce step the engine may run on pieces of the corpus).
+    Its marker is built once, where it first runs, and never pickled."""
+
+    def __init__(
+        self,
+        terms: pa.Table,
+        normalize: str = "nfkc_lower",
+        text_col: str = "text",
+        batch_size: int = 16_384,
+        memory_budget: int | str | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.terms, self.normalize, self.text_col = terms, normalize, text_col
+        self.batch_size, self.progress = batch_size, progress
+        self.budget = parse_size(memory_budget)
+        self._marker: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_marker": None}
+
+    def __call__(self, source: Any) -> dict[str, int]:
+        if self._marker is None:
+            self._marker = marker(self.terms, self.normalize)
+        src = open_source(source, batch_size=self.batch_size)
+        require_columns(src.schema, [self.text_col], src.name)
+        piece_bytes = None
+        if self.budget is not None:
+            src = _lean_source(src, _read_rows(self.budget, self.batch_size))
+            piece_bytes = max(self.budget // READ_SHARE, MIN_PIECE)
+        total = {"words": 0, "all": 0, "minimal": 0}
+        with progress_bar(
+            "protected share", total=src.num_rows, unit="docs", enabled=self.progress
+        ) as advance:
+            for batch in src.batches([self.text_col]):
+                for piece in _pieces(batch, 0, lambda: piece_bytes):
+                    c = self._marker.counts(string_array(piece.column(0)))
+                    for key in total:
+                        total[key] += c[key]
+                advance(batch.num_rows)
+        return total
+
+
+def shares(counts: Iterable[dict[str, int]]) -> dict[str, float | int]:
+    """The shares :func:`protected_share` reports, from :class:`ProtectedCounts` of pieces
+    that together make the corpus."""
     words = prot_all = prot_min = 0
-    with progress_bar(
-        "protected share", total=src.num_rows, unit="docs", enabled=progress
-    ) as advance:
-        for batch in src.batches([text_col]):
-            for piece in _pieces(batch, 0, lambda: piece_bytes):
-                c = m.counts(string_array(piece.column(0)))
-                words += c["words"]
-                prot_all += c["all"]
-                prot_min += c["minimal"]
-            advance(batch.num_rows)
+    for c in counts:
+        words += c["words"]
+        prot_all += c["all"]
+        prot_min += c["minimal"]
     return {
         "words": words,
         "all": prot_all / words if words else 0.0,

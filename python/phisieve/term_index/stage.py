@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,12 @@ from ..pipeline.stage import Context, Input, Stage
 from ..protection.scope import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 from .build import (
     IndexReport,
+    ProtectedCounts,
     index,
     merge_terms,
     parse_size,
-    protected_share,
     read_terms,
+    shares,
     term_stats,
     terms_options,
 )
@@ -53,7 +55,9 @@ def write_index(
 ) -> dict[str, Any]:
     """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
     ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
-    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics.
+    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics
+    (``stats.json``) with how the counting went (the manifest's ``execution``: passes,
+    partitions, peak bytes).
 
     The inputs and the output are checked before the work starts; an existing ``out`` is
     replaced (atomically, side files included) only with ``overwrite``.
@@ -71,8 +75,11 @@ def write_index(
         min_share=min_share,
     )
     stage.batch_rows = batch_size
-    run_stage(stage, {"docs": source, "spans": spans}, out, overwrite=overwrite, progress=progress)
-    return json.loads(side_file(out, "stats.json").read_text(encoding="utf-8"))
+    m = run_stage(
+        stage, {"docs": source, "spans": spans}, out, overwrite=overwrite, progress=progress
+    )
+    stats = json.loads(side_file(out, "stats.json").read_text(encoding="utf-8"))
+    return {**stats, **m["execution"]}
 
 
 DIRECT_SCOPE_HELP = (
@@ -111,6 +118,13 @@ class IndexOptions:
 class _Index:
     terms: pa.Table
     stats: dict[str, Any]
+    execution: dict[str, Any]
+
+
+def _index_piece(piece: Any, **options: Any) -> tuple[pa.Table, IndexReport]:
+    """The index of one piece of the corpus (all the documents of its patients)."""
+    report = IndexReport()
+    return index(piece, report=report, **options), report
 
 
 class IndexStage(Stage):
@@ -158,46 +172,65 @@ class IndexStage(Stage):
 
     def reduce(self, ctx: Context) -> _Index:
         o = self.options
-        report = IndexReport()
         spans = ctx.values.get("spans")
-        terms = index(
-            ctx.source("docs"),
-            k=o.k,
-            ngram=o.ngram,
-            normalize=o.normalize,
-            patient_col=o.patient_col,
-            text_col=o.text_col,
-            memory_budget=o.memory_budget,
-            threads=o.threads,
-            batch_size=self.batch_rows,
-            progress=ctx.progress,
-            report=report,
-            spans=None if spans is None else spans.table(["doc_id", "spans"]),
-            direct_scope=o.direct_scope,
-            min_share=o.min_share,
-        )
-        stats = term_stats(terms, k=o.k, patient_ids=report.patient_ids, tokens=report.tokens)
-        stats.update(
-            direct_terms=int(pc.sum(terms.column("direct")).as_py() or 0),
-            documents=report.documents,
-            ngram=o.ngram,
-            normalize=o.normalize,
-            passes=report.passes,
-            partitions=report.partitions,
-            sorted_input=report.sorted_input,
-            peak_index_bytes=report.peak_index_bytes,
-        )
-        if o.policy_stats:
-            stats["protected_share"] = protected_share(
-                ctx.source("docs"),
-                terms,
+        columns = [o.patient_col, o.text_col] + (["doc_id"] if spans is not None else [])
+        # The engine cuts the corpus into pieces that split it by patient (here: one piece,
+        # the whole corpus, counted in passes under the budget); their indexes merge into
+        # the index of the whole corpus, every column included.
+        pieces = ctx.pieces(
+            "docs",
+            partial(
+                _index_piece,
+                k=o.k,
+                ngram=o.ngram,
                 normalize=o.normalize,
+                patient_col=o.patient_col,
                 text_col=o.text_col,
+                memory_budget=o.memory_budget,
+                threads=o.threads,
                 batch_size=self.batch_rows,
                 progress=ctx.progress,
-                memory_budget=o.memory_budget,
+                spans=None if spans is None else spans.table(["doc_id", "spans"]),
+                direct_scope=o.direct_scope,
+                min_share=o.min_share,
+            ),
+            columns,
+            by=o.patient_col,
+        )
+        reports = [r for _, r in pieces]
+        if len(pieces) == 1:
+            terms = pieces[0][0]
+        else:
+            terms = merge_terms([t for t, _ in pieces], k=o.k, patients_disjoint=True)
+        stats = term_stats(
+            terms,
+            k=o.k,
+            patient_ids=[p for r in reports for p in r.patient_ids],
+            tokens=sum(r.tokens for r in reports),
+        )
+        stats.update(
+            direct_terms=int(pc.sum(terms.column("direct")).as_py() or 0),
+            documents=sum(r.documents for r in reports),
+            ngram=o.ngram,
+            normalize=o.normalize,
+        )
+        if o.policy_stats:
+            counted = ctx.pieces(
+                "docs",
+                ProtectedCounts(terms, o.normalize, o.text_col, self.batch_rows, o.memory_budget),
+                [o.text_col],
+                label="protected share",
             )
-        return _Index(terms, stats)
+            stats["protected_share"] = shares(counted)
+        # How the counting went (not what the index holds): in the manifest, not stats.json.
+        execution = {
+            "pieces": len(pieces),
+            "passes": max(r.passes for r in reports),
+            "partitions": max(r.partitions for r in reports),
+            "sorted_input": all(r.sorted_input for r in reports),
+            "peak_index_bytes": max(r.peak_index_bytes for r in reports),
+        }
+        return _Index(terms, stats, execution)
 
     def schema(self, ctx: Context, state: _Index) -> pa.Schema:
         # The terms schema, with the options the index records in its metadata.
@@ -213,6 +246,7 @@ class IndexStage(Stage):
         ctx.writer.write_side("stats.json", json.dumps(state.stats, indent=2))
         ctx.stats.update(state.stats)
         ctx.stats.update(terms_options(terms))
+        ctx.stats["execution"] = state.execution
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -342,6 +342,19 @@ class CorpusStats:
         assert isinstance(terms, pl.DataFrame)
         words = terms.select(pl.col("term").alias("w"), pl.col("patients").cast(pl.Int64))
         return cls(patients=report.patients, words=words)
+
+    @classmethod
+    def combine(cls, parts: Iterable[CorpusStats]) -> CorpusStats:
+        """The statistics of a corpus from those of pieces that split it by patient (no
+        patient in two pieces): the counts add; the words are sorted."""
+        parts = list(parts)
+        words = (
+            pl.concat([p.words for p in parts])
+            .group_by("w")
+            .agg(pl.col("patients").sum())
+            .sort("w")
+        )
+        return cls(patients=sum(p.patients for p in parts), words=words)
 
 
 _BREAKS = np.array([ord(c) for c in ".!?:;\n"], dtype=np.uint32)
