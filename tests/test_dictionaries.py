@@ -149,8 +149,9 @@ def test_corpus_stats_count_patients_and_skip_null_notes():
     stats = dictionaries.CorpusStats.of(
         corpus([("a", "Levo on"), ("a", "levo off"), ("b", "levo"), ("c", None)])  # type: ignore[list-item]
     )
-    counts = dict(stats.words.iter_rows())
+    counts = dict(stats.words.select("w", "patients").iter_rows())
     assert counts["levo"] == 2 and counts["on"] == 1
+    assert dict(stats.words.select("w", "uses").iter_rows())["levo"] == 3
     assert stats.patients == 3
     assert stats.rare_limit(0.03) == 2
     assert dictionaries.CorpusStats(patients=1000, words=stats.words).rare_limit(0.03) == 30
@@ -165,7 +166,7 @@ def test_corpus_stats_of_pieces_split_by_patient_combine_into_the_whole():
     ]
     got = dictionaries.CorpusStats.combine(pieces)
     assert got.patients == whole.patients == 3
-    assert got.words.rows() == [("levo", 2), ("off", 2), ("on", 2), ("x", 1)]
+    assert got.words.rows() == [("levo", 2, 3), ("off", 2, 2), ("on", 2, 2), ("x", 1, 1)]
     assert got.words.equals(dictionaries.CorpusStats.combine([whole]).words)
 
 
@@ -267,3 +268,19 @@ def test_stanza_not_installed_is_a_missing_dependency(monkeypatch):
     monkeypatch.setitem(sys.modules, "stanza", None)
     with pytest.raises(MissingDependencyError, match="phisieve\\[ner\\]"):
         StanzaRecognizer()
+
+
+def test_what_lists_learns_does_not_depend_on_batch_sizes(tmp_path):
+    """The corpus statistics and the places learnt after triggers are the same whatever the
+    batches the corpus is read in (a place's share of uses after a trigger counts every use
+    of its first word in the corpus, not only those in the batches where it was named)."""
+    import phisieve
+    from phisieve.detect.run import _learn
+    from phisieve.io.sources import open_source
+
+    phisieve.synth(tmp_path / "docs", patients=300, seed=2)
+    learnt = [_learn(open_source(tmp_path / "docs", rows), False) for rows in (97, 5000)]
+    (a, b) = learnt
+    assert a.stats.words.equals(b.stats.words)
+    known = [sorted(x.known_places.get_column("w").to_list()) for x in learnt]
+    assert known[0] == known[1] and len(known[0]) > 10

@@ -196,7 +196,7 @@ def _learn(src: BatchSource, progress: bool, pieces: Pieces | None = None) -> _D
         pieces(dictionaries.CorpusStats.of, [who, "text"], by=who)
     )
     counts = pieces(partial(_harvest, stats=stats), ["text"], label="learn places")
-    known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF)
+    known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF, stats=stats)
     return _Dictionaries(lex, stats, known)
 
 
@@ -208,7 +208,7 @@ def _harvest(piece: Any, stats: dictionaries.CorpusStats) -> pl.DataFrame:
         for b in open_source(piece).batches(["text"])
     ]
     if not counts:
-        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32, "uses": pl.UInt32})
+        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32})
     return pl.concat(counts)
 
 

@@ -303,7 +303,7 @@ class CorpusStats:
 
     patients: int
     words: pl.DataFrame = field(repr=False)
-    """``w``, ``patients``."""
+    """``w``, ``patients`` (how many use it) and ``uses`` (its occurrences)."""
 
     def rare_limit(self, share: float) -> int:
         """Words used by at most this many patients count as rare (at least 2)."""
@@ -340,7 +340,11 @@ class CorpusStats:
         report = IndexReport()
         terms = pl.from_arrow(index(counted, k=1, ngram=1, patient_col=col, report=report))
         assert isinstance(terms, pl.DataFrame)
-        words = terms.select(pl.col("term").alias("w"), pl.col("patients").cast(pl.Int64))
+        words = terms.select(
+            pl.col("term").alias("w"),
+            pl.col("patients").cast(pl.Int64),
+            pl.col("count").cast(pl.Int64).alias("uses"),
+        )
         return cls(patients=report.patients, words=words)
 
     @classmethod
@@ -351,7 +355,7 @@ class CorpusStats:
         words = (
             pl.concat([p.words for p in parts])
             .group_by("w")
-            .agg(pl.col("patients").sum())
+            .agg(pl.col("patients").sum(), pl.col("uses").sum())
             .sort("w")
         )
         return cls(patients=sum(p.patients for p in parts), words=words)
@@ -470,7 +474,7 @@ def features(
         .join(english, on="w", how="left")
     )
     if stats is not None:
-        tok = tok.join(stats.words, on="w", how="left")
+        tok = tok.join(stats.words.select("w", "patients"), on="w", how="left")
         common = pl.col("patients").fill_null(0) > stats.rare_limit(rare_share)
     else:
         tok = tok.with_columns(patients=pl.lit(None, pl.Int64))
@@ -749,11 +753,11 @@ def find(
 
 
 def harvest(tok: pl.DataFrame) -> pl.DataFrame:
-    """Context places of featured tokens, counted: ``w``, ``hits`` (times named after a
-    trigger) and ``uses`` (times the first word of the phrase occurs at all)."""
+    """Context places of featured tokens, counted: ``w`` and ``hits`` (times named after a
+    trigger). The counts of batches add up."""
     ctx = context_places(tok)
     if ctx.height == 0:
-        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32, "uses": pl.UInt32})
+        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32})
     # Every leading part of a phrase counts too: "gh" of "transferred to GH Cathed".
     parts = ctx.select(pl.col("w").str.split(" ").alias("p")).with_columns(n=pl.col("p").list.len())
     ctx = pl.concat(
@@ -764,25 +768,32 @@ def harvest(tok: pl.DataFrame) -> pl.DataFrame:
             for k in range(1, 5)
         ]
     )
-    hits = ctx.group_by("w").agg(pl.len().cast(pl.UInt32).alias("hits"))
-    head = hits.with_columns(h=pl.col("w").str.split(" ").list.first())
-    uses = (
-        tok.join(head.select(pl.col("h").alias("w")).unique(), on="w", how="semi")
-        .group_by("w")
-        .agg(pl.len().cast(pl.UInt32).alias("uses"))
-    )
-    return head.join(uses.rename({"w": "h"}), on="h", how="left").select("w", "hits", "uses")
+    return ctx.group_by("w").agg(pl.len().cast(pl.UInt32).alias("hits"))
 
 
 def known_places(
-    counts: pl.DataFrame, lex: Lexicon, max_zipf: float, min_share: float = 0.1
+    counts: pl.DataFrame,
+    lex: Lexicon,
+    max_zipf: float,
+    min_share: float = 0.1,
+    *,
+    stats: CorpusStats,
 ) -> pl.DataFrame:
     """The context places worth flagging everywhere (``w``): phrases of two or more words, and
     single words that are not everyday English, whenever at least ``min_share`` of the uses of
-    their first word follow a trigger ("GH": yes; "NSR", once "converted to NSR": no)."""
-    counts = counts.group_by("w").agg(pl.col("hits").sum(), pl.col("uses").sum())
-    words = counts.with_columns(n=pl.col("w").str.count_matches(" ") + 1).join(
-        lex.zipf, on="w", how="left"
+    their first word in the whole corpus (``stats``) follow a trigger ("GH": yes; "NSR", once
+    "converted to NSR": no). ``counts``: :func:`harvest`'s, of any batches that make the
+    corpus."""
+    counts = counts.group_by("w").agg(pl.col("hits").sum())
+    uses = stats.words.select(pl.col("w").alias("h"), pl.col("uses"))
+    words = (
+        counts.with_columns(
+            n=pl.col("w").str.count_matches(" ") + 1,
+            h=pl.col("w").str.split(" ").list.first(),
+        )
+        .join(uses, on="h", how="left")
+        .with_columns(pl.col("uses").fill_null(0))
+        .join(lex.zipf, on="w", how="left")
     )
     keep = ((pl.col("n") > 1) | (pl.col("zipf").fill_null(0.0) < max_zipf)) & (
         pl.col("hits") >= min_share * pl.col("uses")
