@@ -6,10 +6,15 @@ for BERT, byte-level BPE for GPT-2) are learnt on the reference split's text alo
 are neutral between members and held-out patients. A small BERT is trained from random
 initialisation with ``mlm``, ``mlma``, ``ppmlm``, ``ppmlm`` with an untied output layer,
 ``ppmlm`` with protected words hidden from the input, ``dpp`` and ``ipp``, and a small GPT-2
-with ``clm`` and ``ppclm``; reference models (BERT ``mlm``, GPT-2 ``clm``) are trained on the
-reference split. Every model is audited (``phisieve.audit.audit``: members vs held-out
-patients, calibrated by the reference model of the same epoch) after several numbers of
-epochs; the reference models are audited once, as a control. Identifier flags come from an
+with ``clm`` and ``ppclm``; both are also trained (``mlm``, ``clm``) on the members' notes
+cut into fragments (``phisieve fragment``: 2 NPs + 2 VPs per example from different documents
+and patients), raw and filtered (indirect identifiers, words inside gold spans, k = 2). GPT-2
+models are also scored as Ignashina & Ive score utility: next-word accuracy and the
+probability of the true word after the first five words of held-out sentences. Reference
+models (BERT ``mlm``, GPT-2 ``clm``) are trained on the reference split. Every model is
+audited (``phisieve.audit.audit``: members vs held-out patients, calibrated by the reference
+model of the same epoch) after several numbers of epochs; the reference models are audited
+once, as a control. Identifier flags come from an
 index of the whole corpus (k = 2, n = 1) with the gold PHI as direct spans, so "identifier"
 means "identifies a patient of this corpus".
 
@@ -106,7 +111,17 @@ RUNS: list[dict[str, Any]] = [
     {"name": "ipp", "model": "bert", "objective": "ipp"},
     {"name": "clm", "model": "gpt", "objective": "clm"},
     {"name": "ppclm", "model": "gpt", "objective": "ppclm"},
-]
+    # Fragment shuffling (phisieve fragment): members' notes cut into NPs and VPs, mixed
+    # 2 + 2 from different documents and patients; "filtered": without the fragments that
+    # hold an indirect identifier, a word inside a gold span, or a word of one patient only.
+    {"name": "mlm-fragments", "model": "bert", "objective": "mlm", "data": "members_fragments"},
+    {"name": "mlm-fragments-filtered", "model": "bert", "objective": "mlm",
+     "data": "members_fragments_filtered"},
+    {"name": "clm-fragments", "model": "gpt", "objective": "clm", "data": "members_fragments"},
+    {"name": "clm-fragments-filtered", "model": "gpt", "objective": "clm",
+     "data": "members_fragments_filtered"},
+]  # fmt: skip
+FRAGMENTS = ("members_fragments", "members_fragments_filtered")
 REFERENCES = {
     "bert": {"name": "reference-mlm", "model": "bert", "objective": "mlm", "data": "reference"},
     "gpt": {"name": "reference-clm", "model": "gpt", "objective": "clm", "data": "reference"},
@@ -169,6 +184,26 @@ def prepare_data(work: Path, patients_limit: int | None, max_chars: int | None) 
     return {"docs": docs_dir, "gold": gold_dir, "terms": terms_dir, "splits": splits}
 
 
+def fragment_members(data: dict[str, Any], work: Path, names: set[str]) -> dict[str, Any]:
+    """The members' notes as fragments (``phisieve fragment``, spaCy, seed 0): raw, and
+    filtered with the whole-corpus terms, the members' gold spans and k = 2."""
+    from phisieve.fragments.stage import FragmentStage
+    from phisieve.pipeline.runner import run_stage
+
+    members = data["splits"]["members"]
+    out = {}
+    for name in sorted(names & set(FRAGMENTS)):
+        inputs = {"docs": members["docs"]}
+        options: dict[str, Any] = {"workers": os.cpu_count() or 1}
+        if name.endswith("filtered"):
+            inputs.update(terms=data["terms"], spans=members["gold"])
+            options["k"] = 2
+        m = run_stage(FragmentStage(**options), inputs, work / name, overwrite=True)
+        out[name] = {"docs": work / name, "examples": m["examples"], "report": m["report"]}
+        log(f"{name}: {m['examples']:,} examples, dropped {m['report']['dropped']}")
+    return out
+
+
 def _reference_lines(docs_dir: Path) -> list[str]:
     lines: list[str] = []
     for f in dataset_files(docs_dir):
@@ -196,7 +231,8 @@ def encode_splits(
     data: dict[str, Any], tokenizers: dict[str, Path], work: Path, max_len: int, kinds: set[str]
 ) -> dict[str, dict[str, Path]]:
     """Every split encoded for each model kind, with the whole-corpus terms and the gold
-    spans; for BERT also the members pseudonymised (MLMA)."""
+    spans; for BERT also the members pseudonymised (MLMA); the members' fragments (one
+    example per sequence; their spans are the source notes', so only the terms flag them)."""
     encoded: dict[str, dict[str, Path]] = {}
     for kind in sorted(kinds):
         encoded[kind] = {}
@@ -216,6 +252,11 @@ def encode_splits(
                 pseudonymize=pseudo,
                 overwrite=True,
             )
+            encoded[kind][name] = out
+        for name, frags in data.get("fragments", {}).items():
+            out = work / f"enc-{kind}-{name}"
+            encode(frags["docs"], out, tokenizers[kind], terms=data["terms"], max_len=max_len,
+                   overwrite=True)  # fmt: skip
             encoded[kind][name] = out
     return encoded
 
@@ -500,6 +541,45 @@ def memorisation_proxy(
 # --------------------------------------------------------------------------- audit
 
 
+def held_out_prompts(docs: Path, limit: int = 2000) -> list[tuple[str, str]]:
+    """The paper's utility test: (the first five words, the sixth) of the held-out notes'
+    sentences of at least six words (lines cut at sentence ends), the first ``limit``."""
+    import re
+
+    out = []
+    for f in dataset_files(docs):
+        for text in pq.read_table(f, columns=["text"]).column("text").to_pylist():
+            for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+                words = sentence.split()
+                if len(words) >= 6:
+                    out.append((" ".join(words[:5]), words[5]))
+                    if len(out) == limit:
+                        return out
+    return out
+
+
+def next_word(model_path: Path, tokenizer: Path, prompts: list[tuple[str, str]],
+              device: str) -> dict[str, float]:  # fmt: skip
+    """GPT-2's next-word accuracy and mean probability of the true word, as Ignashina & Ive
+    measure utility: the word's first token after the five-word prompt."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tokenizer))
+    model = AutoModelForCausalLM.from_pretrained(str(model_path)).to(device).eval()
+    hits, prob = 0, 0.0
+    with torch.no_grad():
+        for prompt, word in prompts:
+            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+            target = tok(" " + word, add_special_tokens=False)["input_ids"][0]
+            logits = model(torch.tensor([ids], device=device)).logits[0, -1]
+            p = torch.softmax(logits.float(), -1)
+            hits += int(int(p.argmax()) == target)
+            prob += float(p[target])
+    n = max(1, len(prompts))
+    return {"accuracy": hits / n, "probability": prob / n, "prompts": len(prompts)}
+
+
 def audit_function() -> tuple[Any, Any] | None:
     try:
         from phisieve.audit import audit, compare_reports
@@ -575,6 +655,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 f"| {_ci(s['gain_numeric'], s['gain_numeric_ci'])} | {_f(s['gap'])} "
                 f"| {_ci(s['auc_loss'], s['auc_loss_ci'])} | {_f(s['auc_reference'])} "
                 f"| {_f(s['id_mia_recall'])} | {_f(s['id_mia_precision'])} |"
+            )
+    worded = [r for r in rows if "next_word" in r]
+    if worded:
+        print(
+            "\n| model | objective | epochs | next-word accuracy | p(true word) | prompts |\n"
+            "|---|---|---|---:|---:|---:|"
+        )
+        for r in worded:
+            w = r["next_word"]
+            print(
+                f"| {r['run']} | {r['objective']} | {r['epochs']} | {_f(w['accuracy'])} "
+                f"| {_f(w['probability'])} | {w['prompts']} |"
             )
     proxied = [r for r in rows if "proxy" in r]
     if proxied:
@@ -683,6 +775,11 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
             row["audit_seconds"] = time.perf_counter() - t
             row["report"] = str(job["report"])
             log(f"  audit {label}: {row['audit_seconds']:.0f} s")
+            if job["causal"]:
+                row["next_word"] = next_word(
+                    job["model"], job["tokenizer"], held_out_prompts(job["heldout_docs"]),
+                    job["device"],
+                )  # fmt: skip
         if job["proxy"]:
             t = time.perf_counter()
             if job["reference"] is None:  # a reference model: only fill the cache
@@ -806,6 +903,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t = time.perf_counter()
     data = prepare_data(work, patients_limit, max_chars)
+    data["fragments"] = fragment_members(data, work, {r.get("data", "") for r in runs})
     toks = train_tokenizers(data["splits"]["reference"]["docs"], work, size)
     enc = encode_splits(data, toks, work, size["max_len"], kinds)
     timings["prepare"] = time.perf_counter() - t
@@ -838,6 +936,10 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in data["splits"].items()
         },
         "sequences": {k: {n: sequences(p) for n, p in v.items()} for k, v in enc.items()},
+        "fragments": {
+            k: {"examples": v["examples"], "report": v["report"]}
+            for k, v in data["fragments"].items()
+        },
         "runs": {},
         "rows": [],
         "timings": timings,
@@ -909,6 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
                     "heldout": enc[kind]["heldout"],
                     "tokenizer": toks[kind],
                     "docs": data["splits"]["members"]["docs"],
+                    "heldout_docs": data["splits"]["heldout"]["docs"],
                     "spans": data["splits"]["members"]["gold"],
                     "report": out / "reports" / f"{run['name']}@{e}",
                     "device": device,

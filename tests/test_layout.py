@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synthetic", "corpus"),
     ("detect",),
     ("phi",),
+    ("fragments",),
     ("encode",),
     ("training",),
     ("audit",),

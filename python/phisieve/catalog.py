@@ -17,6 +17,7 @@ from .detect.learnt import LearnDenyStage
 from .detect.run import DetectStage
 from .detect.train import DetectTrainStage
 from .encode.stage import EncodeStage
+from .fragments.stage import FragmentStage
 from .phi.canaries import CanariesStage
 from .phi.gold import PlaceholdersStage
 from .phi.secret import KeygenStage
@@ -44,6 +45,7 @@ STAGES: dict[str, type[Stage]] = {
         IndexStage,
         MergeStage,
         SplitStage,
+        FragmentStage,
         TokenizerStage,
         EncodeStage,
         InitModelStage,

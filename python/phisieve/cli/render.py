@@ -265,6 +265,39 @@ def learn_deny(m: dict[str, Any], out: Path) -> Lines:
     return [f"{m['words']:,} words learnt from {m['notes']:,} notes: {out}"]
 
 
+def fragment(m: dict[str, Any], out: Path) -> Lines:
+    """What ``phisieve fragment`` cut, dropped and made (and the PHI share, with gold)."""
+    r = m["report"]
+    cut = Table(title="fragments by kind", header_style="bold")
+    for col in ("kind", "cut", "kept", "used", "mean words"):
+        cut.add_column(col, justify="left" if col == "kind" else "right")
+    for kind in ("NP", "VP"):
+        f, s = r["fragments"][kind], r["supply"][kind]
+        cut.add_row(
+            kind, f"{f['cut']:,}", f"{f['kept']:,}", f"{s['used']:,}", f"{f['length_mean']:.2f}"
+        )
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in r["dropped"].items() if n)
+    lines: Lines = [
+        f"{r['notes']:,} notes: {r['coverage']:.1%} of their words are in a fragment",
+        cut,
+        f"dropped (a fragment may count twice): {dropped or 'none'}",
+    ]
+    if "gold" in r:
+        gold = Table(title="gold PHI share of words", header_style="bold")
+        gold.add_column("text")
+        gold.add_column("words", justify="right")
+        gold.add_column("PHI", justify="right")
+        for row in r["gold"]:
+            gold.add_row(row["text"], f"{row['words']:,}", f"{row['phi_share']:.2%}")
+        lines.append(gold)
+    ran_out = r["supply"]["ran_out"]
+    lines.append(
+        f"{r['supply']['examples']:,} examples written to {out}"
+        + (f" (the {ran_out}s ran out)" if ran_out else "")
+    )
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], Path], Lines]] = {
     "synth": synth,
     "ingest": ingest,
@@ -276,6 +309,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any], Path], Lines]] = {
     "detect": detect,
     "encode": encode,
     "split": split,
+    "fragment": fragment,
     "canaries": canaries,
     "tokenizer": tokenizer,
     "init-model": init_model,

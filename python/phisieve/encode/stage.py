@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError, InputError
+from ..fragments.documents import as_documents, is_fragments
 from ..io.dataset import read_manifest
 from ..pipeline.options import option
 from ..pipeline.runner import run_stage
@@ -186,6 +187,10 @@ class EncodeStage(Stage):
 
     def open(self, ctx: Context) -> None:
         o = self.options
+        src = ctx.source("docs")
+        if is_fragments(src.schema) and o.doc_col not in src.schema.names:
+            # Examples of `phisieve fragment`: one per sequence (see as_documents).
+            ctx.values["docs"] = as_documents(src)
         require(ctx.source("docs"), [o.doc_col, o.patient_col, o.text_col])
 
     def recorded(self) -> dict[str, Any]:

@@ -83,3 +83,24 @@ def spans_array(
     )
     offsets = np.searchsorted(rows, np.arange(documents + 1), side="left").astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), structs, type=SPANS)
+
+
+PART = pa.struct(
+    [
+        pa.field("text", pa.string()),
+        pa.field("kind", pa.string()),
+        pa.field("source_doc", pa.string()),
+        pa.field("source_patient", pa.string()),
+    ]
+)
+"""One piece of a fragments example: its text, ``NP``/``VP``, and where it was cut from."""
+
+FRAGMENTS = pa.schema(
+    [
+        pa.field("example_id", pa.uint64(), nullable=False),
+        pa.field("text", pa.large_string(), nullable=False),
+        pa.field("parts", pa.list_(PART), nullable=False),
+    ]
+)
+"""The ``fragments`` table: one training example per row, made of noun and verb phrases of
+different documents and patients (``phisieve fragment``)."""

