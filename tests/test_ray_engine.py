@@ -278,3 +278,24 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs,
     assert lm["fingerprint"] == rm["fingerprint"] and lm["per_n"]["2"]["indirect_terms"] > 0
     assert (lm["execution"]["pieces"], rm["execution"]["pieces"]) == (1, 2)
     assert lm["execution"]["partitions"] > 1  # counted in passes under the budget
+
+
+def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, synth_docs):
+    """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
+    Ray's pieces give the local engine's examples, byte for byte."""
+    from phisieve.detect.run import DetectStage
+    from phisieve.fragments.stage import FragmentStage
+    from phisieve.pipeline.runner import run_stage
+
+    spans = tmp_path / "spans"
+    run_stage(DetectStage(recognizers="rules"), {"docs": synth_docs}, spans)
+    prints = []
+    for engine in (LocalEngine(), make_engine("ray", workers=2)):
+        m = run_stage(
+            FragmentStage(k=2),
+            {"docs": synth_docs, "spans": spans},
+            tmp_path / f"frags-{engine.name}",
+            engine=engine,
+        )
+        prints.append((m["fingerprint"], m["report"]))
+    assert prints[0] == prints[1] and prints[0][1]["supply"]["examples"] > 50

@@ -187,7 +187,8 @@ class SpacyChunker:
         self.nlp = spacy.load(self.model, exclude=["ner", "lemmatizer"])
 
     def __getstate__(self) -> dict[str, Any]:  # sent to workers by name, loaded there
-        return {k: v for k, v in self.__dict__.items() if k != "nlp"}
+        # A copy parses in one process: the engine that sent it runs many.
+        return {**{k: v for k, v in self.__dict__.items() if k != "nlp"}, "processes": 1}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
