@@ -111,6 +111,9 @@ RUNS: list[dict[str, Any]] = [
     {"name": "ipp", "model": "bert", "objective": "ipp"},
     {"name": "clm", "model": "gpt", "objective": "clm"},
     {"name": "ppclm", "model": "gpt", "objective": "ppclm"},
+    {"name": "ppclm+untie_output", "model": "gpt", "objective": "ppclm", "untie_output": True},
+    {"name": "ppclm+hide_protected_input", "model": "gpt", "objective": "ppclm",
+     "hide_protected_input": True},
     # Fragment shuffling (phisieve fragment): members' notes cut into NPs and VPs, mixed
     # 2 + 2 from different documents and patients; "filtered": without the fragments that
     # hold an indirect identifier, a word inside a gold span, or a word of one patient only.
