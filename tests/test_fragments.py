@@ -272,3 +272,15 @@ def test_filtered_physionet_fragments_hold_no_protected_word(
     assert not [p["text"] for p, ws in zip(parts, words, strict=True) if set(ws) & indirect]
     assert not [p["text"] for p, ws in zip(parts, words, strict=True) if set(ws) & inside]
     assert all(p["text"] in text[p["source_doc"]] for p in parts)
+
+
+def test_empty_and_null_notes_give_no_fragment(tmp_path):
+    from phisieve.fragments.stage import FragmentStage
+    from phisieve.io.schema import FRAGMENTS
+
+    docs = pa.table({"doc_id": ["a", "b", "c"], "patient_id": ["p", "q", "q"],
+                     "text": pa.array(["", None, "\n\n"], pa.string())})  # fmt: skip
+    m = run_stage(FragmentStage(k=2), {"docs": docs}, tmp_path / "frags")
+    assert m["examples"] == m["rows"] == 0
+    assert m["report"]["notes"] == 3 and m["report"]["fragments"]["all"] == 0
+    assert _read(tmp_path / "frags").schema.equals(FRAGMENTS)

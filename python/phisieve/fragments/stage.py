@@ -13,6 +13,7 @@ place, the fragments are filtered (:mod:`phisieve.fragments.select`) and mixed
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigError
 from ..io.schema import FRAGMENTS
-from ..io.sources import open_source, string_array
+from ..io.sources import BatchSource, open_source, string_array
 from ..pipeline.options import option
 from ..pipeline.stage import Context, Input, Stage
 from ..protection.scope import DocSpans, SpanWords
@@ -75,8 +76,20 @@ def _span_words(piece: Any, spans: DocSpans, normalize: str) -> set[str]:
 
 
 def _patients(piece: Any, normalize: str) -> dict[str, int]:
-    """Patients per word in ``piece`` (whose patients no other piece has)."""
-    terms = index(piece, k=1, ngram=1, normalize=normalize, report=IndexReport())
+    """Patients per word in ``piece`` (whose patients no other piece has); a null note has
+    no word, as for the chunkers."""
+    src = open_source(piece)
+    schema = pa.schema([("patient_id", pa.string()), ("text", pa.large_string())])
+
+    def filled(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        for b in src.batches(["patient_id", "text"]):
+            yield pa.RecordBatch.from_arrays(
+                [string_array(b.column(0)), pc.fill_null(b.column(1).cast(pa.large_string()), "")],
+                schema=schema,
+            )
+
+    counted = BatchSource(filled, schema, src.reiterable, src.name, src.num_rows)
+    terms = index(counted, k=1, ngram=1, normalize=normalize, report=IndexReport())
     return word_patients(terms)
 
 
