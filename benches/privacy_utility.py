@@ -376,10 +376,8 @@ def train_run(
         if not (path / "config.json").is_file():
             return {"skipped": f"no checkpoint at epoch {e} (step {step})"}
         checkpoints[e] = path
-    keep = {p.name for p in checkpoints.values()}
-    for extra in out.glob("checkpoint-*"):  # the gcd schedule writes more than we audit
-        if extra.name not in keep:
-            shutil.rmtree(extra)
+    # The checkpoints not audited stay: the model folder's manifest lists them (deleting
+    # them made the final model an incomplete output, which the audit refuses).
     return {
         "checkpoints": checkpoints,
         "seconds": seconds,
