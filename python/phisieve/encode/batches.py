@@ -31,7 +31,13 @@ import pyarrow.compute as pc
 from .. import _core
 from ..errors import ConfigError, InputError
 from ..io.sources import open_source, require_columns, string_array
-from ..protection.scope import DEFAULT_SCOPE, REASONS, DocSpans, SpanWords, check_scope
+from ..protection.scope import (
+    DEFAULT_SCOPE,
+    REASONS,
+    DocSpans,
+    check_scope,
+    collect_span_words,
+)
 from ..term_index.build import terms_options
 from .numbering import SequenceOffsets, count_sequences
 from .pack import _Packer
@@ -114,24 +120,6 @@ def _word_flags(
         "indirect": indirect,
     }
     return toks, counts, flags
-
-
-def collect_span_words(
-    src: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
-) -> SpanWords:
-    """The words of the direct spans of ``src``'s documents, per patient (a pass that
-    tokenises only the documents that have spans)."""
-    found = SpanWords(spans)
-    wanted = pa.array(list(spans.by_doc), pa.string())
-    if not len(wanted):
-        return found
-    for batch in src.batches([doc_col, patient_col, text_col]):
-        keep = pc.is_in(string_array(batch.column(0)), value_set=wanted)
-        if not pc.any(keep).as_py():
-            continue
-        b = batch.filter(keep)
-        found.add(*(string_array(c) for c in b.columns), normalize)
-    return found
 
 
 def patient_span_words(

@@ -23,7 +23,6 @@ dropped, and long notes are parsed in windows cut at line breaks.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -94,6 +93,17 @@ def windows(text: str, size: int = WINDOW) -> Iterator[tuple[int, str]]:
         start = end
     if start < len(text):
         yield start, text[start:]
+
+
+def parse_pieces(texts: list[str | None]) -> list[tuple[int, int, str]]:
+    """What a parser reads of ``texts``: ``(text number, offset, parse text)`` of each
+    window (:func:`windows`, :func:`parse_text`) that is not blank."""
+    return [
+        (i, offset, parse_text(piece))
+        for i, text in enumerate(texts)
+        for offset, piece in windows(text or "")
+        if piece.strip()
+    ]
 
 
 def _keep(text: str, start: int, end: int) -> bool:
@@ -196,12 +206,7 @@ class SpacyChunker:
 
     def __call__(self, texts: list[str | None]) -> list[list[Chunk]]:
         """Per text, its chunks (:data:`Chunk`), sorted."""
-        pieces = [
-            (i, offset, parse_text(piece))
-            for i, text in enumerate(texts)
-            for offset, piece in windows(text or "")
-            if piece.strip()
-        ]
+        pieces = parse_pieces(texts)
         out: list[set[Chunk]] = [set() for _ in texts]
         docs = self.nlp.pipe(
             (p for _, _, p in pieces), batch_size=self.batch_size, n_process=self.processes
@@ -281,27 +286,15 @@ class StanzaChunker:
     batch_size: int = 16
 
     def __post_init__(self) -> None:
-        try:
-            import stanza
-        except ImportError:
-            raise MissingDependencyError("stanza", "ner") from None
-        logging.getLogger("stanza").setLevel(logging.ERROR)
-        kwargs: dict[str, Any] = {
-            "processors": "tokenize,pos,constituency",
-            "download_method": None,
-            "use_gpu": self.use_gpu,
-            "logging_level": "ERROR",
-        }
-        if self.model_dir is not None:
-            kwargs["dir"] = str(self.model_dir)
-        try:
-            self.pipeline = stanza.Pipeline(self.lang, **kwargs)
-        except (OSError, ValueError, KeyError, stanza.pipeline.core.PipelineRequirementsException):
-            raise ConfigError(
-                "the Stanza models are not installed, and phisieve never downloads them: "
-                f"run `{stanza_download_command(self.lang)}` once (it needs network access), "
-                "or point --stanza-dir / STANZA_RESOURCES_DIR at a copy"
-            ) from None
+        from ..detect.recognizers.stanza import load_pipeline
+
+        self.pipeline = load_pipeline(
+            self.lang,
+            "tokenize,pos,constituency",
+            stanza_download_command(self.lang),
+            model_dir=self.model_dir,
+            use_gpu=self.use_gpu,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "pipeline"}
@@ -314,12 +307,7 @@ class StanzaChunker:
         """Per text, its chunks (:data:`Chunk`), sorted."""
         import stanza
 
-        pieces = [
-            (i, offset, parse_text(piece))
-            for i, text in enumerate(texts)
-            for offset, piece in windows(text or "")
-            if piece.strip()
-        ]
+        pieces = parse_pieces(texts)
         out: list[set[Chunk]] = [set() for _ in texts]
         for b in range(0, len(pieces), self.batch_size):
             batch = pieces[b : b + self.batch_size]

@@ -13,7 +13,6 @@ place, the fragments are filtered (:mod:`phisieve.fragments.select`) and mixed
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -21,15 +20,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ..detect.recognizers.dictionaries import CorpusStats
 from ..errors import ConfigError
 from ..io.schema import FRAGMENTS
-from ..io.sources import BatchSource, open_source, string_array
+from ..io.sources import open_source
 from ..pipeline.options import option
 from ..pipeline.stage import Context, Input, Stage
-from ..protection.scope import DocSpans, SpanWords
-from ..term_index.build import IndexReport, index, terms_options
+from ..protection.scope import DocSpans, collect_span_words
+from ..term_index.build import terms_options
 from .chunkers import PARSERS, SPACY_MODEL, make_chunker
 from .mix import mix
 from .pieces import Cutter, combine
@@ -66,31 +65,15 @@ class _Made:
 
 def _span_words(piece: Any, spans: DocSpans, normalize: str) -> set[str]:
     """The normalised words inside the spans of ``piece``'s documents."""
-    found = SpanWords(spans)
-    wanted = pa.array(list(spans.by_doc), pa.string())
-    for batch in open_source(piece).batches(["doc_id", "patient_id", "text"]):
-        b = batch.filter(pc.is_in(string_array(batch.column(0)), value_set=wanted))
-        if b.num_rows:
-            found.add(*(string_array(c) for c in b.columns), normalize)
-    return set(found.in_span)
+    src = open_source(piece)
+    return set(collect_span_words(src, spans, "doc_id", "patient_id", "text", normalize).in_span)
 
 
 def _patients(piece: Any, normalize: str) -> dict[str, int]:
     """Patients per word in ``piece`` (whose patients no other piece has); a null note has
     no word, as for the chunkers."""
-    src = open_source(piece)
-    schema = pa.schema([("patient_id", pa.string()), ("text", pa.large_string())])
-
-    def filled(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        for b in src.batches(["patient_id", "text"]):
-            yield pa.RecordBatch.from_arrays(
-                [string_array(b.column(0)), pc.fill_null(b.column(1).cast(pa.large_string()), "")],
-                schema=schema,
-            )
-
-    counted = BatchSource(filled, schema, src.reiterable, src.name, src.num_rows)
-    terms = index(counted, k=1, ngram=1, normalize=normalize, report=IndexReport())
-    return word_patients(terms)
+    words = CorpusStats.of(piece, normalize=normalize).words
+    return dict(words.select("w", "patients").iter_rows())
 
 
 def _gold(table: pa.Table | None) -> dict[str, list[tuple[int, int, str]]] | None:

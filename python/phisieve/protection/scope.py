@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 
 from .. import _core
 from ..errors import ConfigError
-from ..io.sources import read_spans
+from ..io.sources import read_spans, string_array
 
 SCOPES = ("span", "patient", "identifying", "corpus")
 """The direct-identifier scopes, from the narrowest to the widest."""
@@ -170,6 +170,25 @@ class SpanWords:
     def patient_words(self) -> dict[str, set[str]]:
         """Per patient, the words that the patient's spans make direct in all their notes."""
         return dict(self.by_patient)
+
+
+def collect_span_words(
+    src: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
+) -> SpanWords:
+    """The words of the direct spans of ``src``'s documents (a source of documents with
+    ``doc_col``, ``patient_col`` and ``text_col``), per patient and over the corpus: a pass
+    that tokenises only the documents that have spans."""
+    found = SpanWords(spans)
+    wanted = pa.array(list(spans.by_doc), pa.string())
+    if not len(wanted):
+        return found
+    for batch in src.batches([doc_col, patient_col, text_col]):
+        keep = pc.is_in(string_array(batch.column(0)), value_set=wanted)
+        if not pc.any(keep).as_py():
+            continue
+        b = batch.filter(keep)
+        found.add(*(string_array(c) for c in b.columns), normalize)
+    return found
 
 
 IDENTIFYING_WORD = r"^[^\W\d_]{2,}$"

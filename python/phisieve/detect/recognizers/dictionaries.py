@@ -310,9 +310,12 @@ class CorpusStats:
         return max(2, math.floor(share * self.patients))
 
     @classmethod
-    def of(cls, source: object, patient_col: str = "patient_id") -> CorpusStats:
+    def of(
+        cls, source: object, patient_col: str = "patient_id", normalize: str = "nfkc_lower"
+    ) -> CorpusStats:
         """Count the patients of every word of ``source`` (documents with ``text`` and
-        ``patient_col``; without it, each document counts as its own patient)."""
+        ``patient_col``; without it, each document counts as its own patient), words cut
+        under ``normalize``. A null note or patient has no word."""
         from ...io.sources import BatchSource, open_source
         from ...term_index.build import IndexReport, index
 
@@ -338,7 +341,9 @@ class CorpusStats:
             src.num_rows,
         )
         report = IndexReport()
-        terms = pl.from_arrow(index(counted, k=1, ngram=1, patient_col=col, report=report))
+        terms = pl.from_arrow(
+            index(counted, k=1, ngram=1, normalize=normalize, patient_col=col, report=report)
+        )
         assert isinstance(terms, pl.DataFrame)
         words = terms.select(
             pl.col("term").alias("w"),

@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import ConfigError, MissingDependencyError
 from .presidio import windows
 
-__all__ = ["LABELS", "StanzaRecognizer", "doc_spans", "download_command"]
+__all__ = ["LABELS", "StanzaRecognizer", "doc_spans", "download_command", "load_pipeline"]
 
 LABELS = {
     "PERSON": "NAME",
@@ -58,6 +58,42 @@ def doc_spans(doc: Any, offset: int = 0) -> list[tuple[int, int, str, float]]:
     return out
 
 
+def load_pipeline(
+    lang: str,
+    processors: str | dict[str, Any],
+    command: str,
+    *,
+    package: str | None = None,
+    model_dir: str | Path | None = None,
+    use_gpu: bool = False,
+) -> Any:
+    """A Stanza pipeline over models on disk, never downloaded: when they are missing, a
+    :class:`~phisieve.errors.ConfigError` names ``command``, the one-off download."""
+    try:
+        import stanza
+    except ImportError:
+        raise MissingDependencyError("stanza", "ner") from None
+    logging.getLogger("stanza").setLevel(logging.ERROR)
+    kwargs: dict[str, Any] = {
+        "processors": processors,
+        "download_method": None,
+        "use_gpu": use_gpu,
+        "logging_level": "ERROR",
+    }
+    if package:
+        kwargs["package"] = package
+    if model_dir is not None:
+        kwargs["dir"] = str(model_dir)
+    try:
+        return stanza.Pipeline(lang, **kwargs)
+    except (OSError, ValueError, KeyError, stanza.pipeline.core.PipelineRequirementsException):
+        raise ConfigError(
+            "the Stanza models are not installed, and phisieve never downloads them: "
+            f"run `{command}` once (it needs network access), or point the models folder "
+            "(model_dir, --stanza-dir) or STANZA_RESOURCES_DIR at a copy"
+        ) from None
+
+
 class StanzaRecognizer:
     """Stanza NER (``tokenize,ner``) over locally installed models.
 
@@ -87,29 +123,15 @@ class StanzaRecognizer:
         window: int = 20_000,
         overlap: int = 500,
     ) -> None:
-        try:
-            import stanza
-        except ImportError:
-            raise MissingDependencyError("stanza", "ner") from None
-        logging.getLogger("stanza").setLevel(logging.ERROR)
-        kwargs: dict[str, Any] = {
-            "processors": {"tokenize": package or "default", "ner": ner} if ner else "tokenize,ner",
-            "download_method": None,
-            "use_gpu": use_gpu,
-            "logging_level": "ERROR",
-        }
-        if package:
-            kwargs["package"] = package
-        if model_dir is not None:
-            kwargs["dir"] = str(model_dir)
-        try:
-            self.pipeline = stanza.Pipeline(lang, **kwargs)
-        except (OSError, ValueError, KeyError, stanza.pipeline.core.PipelineRequirementsException):
-            raise ConfigError(
-                "the Stanza models are not installed, and phisieve never downloads them: "
-                f"run `{download_command(lang, package, ner)}` once (it needs network access), "
-                "or point model_dir / STANZA_RESOURCES_DIR at a copy"
-            ) from None
+        processors = {"tokenize": package or "default", "ner": ner} if ner else "tokenize,ner"
+        self.pipeline = load_pipeline(
+            lang,
+            processors,
+            download_command(lang, package, ner),
+            package=package,
+            model_dir=model_dir,
+            use_gpu=use_gpu,
+        )
         self.batch_size = batch_size
         self.window, self.overlap = window, overlap
 
