@@ -1,28 +1,33 @@
 """Privacy vs utility of every training objective on real notes (the paper's Figures 7 and 9).
 
 The PhysioNet deid notes are split by patient (``phisieve split``, seed 0) into members
-(trained on), reference and held-out patients (0.6 / 0.2 / 0.2). The tokenizers (WordPiece
-for BERT, byte-level BPE for GPT-2) are learnt on the reference split's text alone, so they
-are neutral between members and held-out patients. A small BERT is trained from random
+(trained on), reference and held-out patients (0.6 / 0.2 / 0.2). The tokenizers (WordPiece for
+BERT, byte-level BPE for GPT-2) are learnt on the reference split's text alone, so they are
+neutral between members and held-out patients. A small BERT is trained from random
 initialisation with ``mlm``, ``mlma``, ``ppmlm``, ``ppmlm`` with an untied output layer,
-``ppmlm`` with protected words hidden from the input, ``dpp`` and ``ipp``, and a small GPT-2
-with ``clm`` and ``ppclm``; both are also trained (``mlm``, ``clm``) on the members' notes
-cut into fragments (``phisieve fragment``: 2 NPs + 2 VPs per example from different documents
-and patients), raw and filtered (indirect identifiers, words inside gold spans, k = 2). GPT-2
-models are also scored as Ignashina & Ive score utility: next-word accuracy and the
-probability of the true word after the first five words of held-out sentences. Reference
-models (BERT ``mlm``, GPT-2 ``clm``) are trained on the reference split. Every model is
-audited (``phisieve.audit.audit``: members vs held-out patients, calibrated by the reference
-model of the same epoch) after several numbers of epochs; the reference models are audited
-once, as a control. Identifier flags come from an
-index of the whole corpus (k = 2, n = 1) with the gold PHI as direct spans, so "identifier"
-means "identifies a patient of this corpus".
+``ppmlm`` with protected words hidden from the input (and with both), ``dpp`` and ``ipp``, and
+a small GPT-2 with ``clm`` and ``ppclm``; both are also trained (``mlm``, ``clm``) on the
+members' notes cut into fragments (``phisieve fragment``: 2 NPs + 2 VPs per example from
+different documents and patients), raw and filtered (indirect identifiers, words inside gold
+spans, k = 2). GPT-2 models are also scored as Ignashina & Ive score utility: next-word
+accuracy and the probability of the true word after the first five words of held-out
+sentences. Reference models (BERT ``mlm``, GPT-2 ``clm``) are trained on the reference split.
+Every model is audited (``phisieve.audit.audit``: members vs held-out patients, calibrated by
+the reference model of the same epoch) after several numbers of epochs; the reference models
+are audited once, as a control. Identifier flags come from an index of the whole corpus (k =
+2, n = 1) with the gold PHI as direct spans, so "identifier" means "identifies a patient of
+this corpus".
 
     python benches/privacy_utility.py                  # CPU default: < 30 min on 2 cores
     python benches/privacy_utility.py --quick          # ~2-minute smoke run
     python benches/privacy_utility.py --device cuda --size base   # BERT-base-like, 64 epochs
     python benches/privacy_utility.py --size minilm --objectives mlm,ppmlm,ppmlm+untie_output
                                                        # pretrained MiniLM-L6, 30k vocabulary
+                                                       # (3 minutes on one H200, hours on CPU)
+
+Every run states its options: ``ppmlm`` here keeps the output layer tied to the input
+embeddings (``untie_output=False``), where ``phisieve train`` unties by default for the
+protecting masked objectives, so that the bench measures what untying does.
 
 The CPU default (``tiny``) trains 2-layer, 128-wide models on 128-token sequences, two models
 at a time (one thread each), and cuts members' and held-out patients' text to their first
@@ -124,6 +129,13 @@ RUNS: list[dict[str, Any]] = [
         "name": "ppmlm+hide_protected_input",
         "model": "bert",
         "objective": "ppmlm",
+        "hide_protected_input": True,
+    },
+    {
+        "name": "ppmlm+untie_output+hide_protected_input",
+        "model": "bert",
+        "objective": "ppmlm",
+        "untie_output": True,
         "hide_protected_input": True,
     },
     {"name": "dpp", "model": "bert", "objective": "dpp"},
