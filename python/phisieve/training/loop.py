@@ -24,6 +24,7 @@ from ..pipeline.options import option
 from ..pipeline.progress import quiet_transformers
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .masking import MaskingConfig, Objective, check_masking, check_protection, objective
+from .sparse_head import SparseHead
 
 
 @dataclass
@@ -62,6 +63,10 @@ class TrainConfig:
     allow_unprotected: bool = False
     """Train a privacy-preserving objective on a dataset that protects nothing (refused by
     default: it would silently train plain MLM/CLM)."""
+    sparse_output: bool = True
+    """Apply the output layer only at the positions that carry a label
+    (:class:`~phisieve.training.sparse_head.SparseHead`): the same loss, less work. Not under
+    DP-SGD (Opacus needs every sample's full computation)."""
     untie_output: bool | None = None
     """Give the output layer its own weight before training when it is tied to the input
     embeddings (BERT, GPT-2), initialised as a copy of them: a protected word, never a target,
@@ -169,6 +174,7 @@ def _train(
     if untie is None:
         untie = untie_by_default(obj, cfg.dp is not None)
     untied = untie_output_embeddings(model) if untie else None
+    head = SparseHead(model, obj.causal) if cfg.sparse_output and cfg.dp is None else None
     model.to(device)
     model.train()
     use_amp = cfg.amp and device.type == "cuda"
@@ -254,7 +260,7 @@ def _train(
                     k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "seq_id"
                 }
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                    loss = model(**batch).loss
+                    loss = head.loss(batch) if head is not None else model(**batch).loss
                 if not torch.isfinite(loss):
                     continue  # a batch with no target (all words protected)
                 scaler.scale(loss / cfg.grad_accumulation).backward()
@@ -291,6 +297,8 @@ def _train(
             epoch += 1
     finally:
         log.close()
+        if head is not None:
+            head.close()
     _save(model, out, untied)
     summary: dict[str, Any] = {
         "objective": obj.name,
@@ -304,6 +312,7 @@ def _train(
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("masking", "dp")},
         "masking": asdict(cfg.masking),
         "untie_output": untie,
+        "sparse_output": head is not None and head.active,
         "output_untied": untied is not None,
     }
     if engine is not None and cfg.dp is not None and rows is not None:
@@ -455,6 +464,12 @@ class TrainOptions:
         "Train a privacy-preserving objective on a dataset encoded without --terms and "
         "--spans (nothing protected).",
     )
+    sparse_output: bool = option(
+        True,
+        "Apply the output layer only where a token is predicted (same loss, faster; not "
+        "with --dp).",
+        decides=False,
+    )
     untie_output: bool | None = option(
         None,
         "Give the output layer its own copy of the input embeddings (BERT and GPT-2 tie "
@@ -496,6 +511,7 @@ class TrainOptions:
             delta=dp.delta if dp else None,
             allow_unprotected=cfg.allow_unprotected,
             untie_output=cfg.untie_output,
+            sparse_output=cfg.sparse_output,
             hide_protected_input=cfg.masking.hide_protected_input,
         )
 
@@ -535,6 +551,7 @@ class TrainOptions:
             dp=dp,
             allow_unprotected=self.allow_unprotected,
             untie_output=self.untie_output,
+            sparse_output=self.sparse_output,
         )
 
 
