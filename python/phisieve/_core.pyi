@@ -91,6 +91,33 @@ def mask_batch(
     ``attention_mask`` and ``labels`` (rows x length values). ``protect`` is ``nothing``,
     ``all``, ``direct`` or ``indirect``; draws depend on (seed, epoch, seq_id) only."""
 
+def py_lists(rows: list[list[Any]], kind: str) -> pa.ListArray:
+    """Python lists of values, one per row (``kind`` ``uint32``, ``int32`` or ``bool``), as one
+    Arrow list array, converted in one pass in Rust. ``TypeError`` or ``OverflowError`` for a
+    row that is not a list or a value that does not convert."""
+
+def mask_rows(
+    seq_ids: list[int],
+    input_ids: list[list[int]],
+    word_ids: list[list[int]],
+    flags: list[list[bool]] | None,
+    length: int,
+    *,
+    causal: bool,
+    protect: str,
+    probability: float,
+    replace_mask: float,
+    replace_random: float,
+    mask_id: int,
+    pad_id: int,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
+) -> tuple[bytearray, bytearray, bytearray]:
+    """:func:`mask_batch` for rows given as Python lists (``flags``: the one flag column that
+    ``protect`` reads, None for ``nothing``): ``input_ids``, ``attention_mask`` and ``labels``
+    as bytearrays of rows x length native int64 values, with the same draws."""
+
 def find_placeholders(texts: Any) -> pa.RecordBatch:
     """Every MIMIC-III ``[** ... **]`` placeholder of each text, one row each: ``text`` (input
     row), code-point ``start``/``end``, ``form``, ``category``/``qualifier``/``id`` and

@@ -24,18 +24,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import _core
 from ..encode import ENCODED, read_encoding
-from ..errors import ConfigError, MissingDependencyError
+from ..errors import ConfigError, InputError, MissingDependencyError
 from ..io.dataset import dataset_files
 from .masking import (
     ENCODED_COLUMNS,
+    PROTECT_FLAG,
     MaskingConfig,
     Objective,
     batch_length,
     check_masking,
     check_protection,
     make_batch,
+    make_batch_from_lists,
     objective,
+    padded_length,
 )
 
 try:
@@ -310,8 +314,14 @@ class PrivacyMaskingCollator:
     Call :meth:`set_epoch` at each epoch (new masks); draws depend on (seed, epoch, seq_id)
     only, never on the batch a row lands in. With ``transformers.Trainer`` over a
     ``datasets.Dataset`` of encoded rows, pass ``remove_unused_columns=False`` in the training
-    arguments so that ``word_ids`` and the flags reach the collator. A privacy-preserving
-    objective on a dataset that protects nothing is refused unless ``allow_unprotected``.
+    arguments so that ``word_ids`` and the flags reach the collator (``phisieve[torch]``
+    installs ``accelerate``, which the Trainer needs). A privacy-preserving objective on a
+    dataset that protects nothing is refused unless ``allow_unprotected``.
+
+    Rows of Python lists (what ``datasets`` returns) are read once, in Rust, straight into the
+    mask sampler (:func:`~phisieve.training.masking.make_batch_from_lists`); rows of numpy
+    arrays or tensors, and Arrow record batches, go through
+    :func:`~phisieve.training.masking.make_batch`. Every form gives the same batch.
     """
 
     def __init__(
@@ -340,7 +350,10 @@ class PrivacyMaskingCollator:
 
     def __call__(self, rows: Sequence[dict[str, Any]] | pa.RecordBatch) -> dict[str, Any]:
         if not isinstance(rows, pa.RecordBatch):
-            rows = _rows_to_batch(rows)
+            flag = PROTECT_FLAG.get(self.objective.protect)
+            if not self.masking.hide_protected_input and _python_lists(rows, flag):
+                return self._from_lists(rows, flag)
+            rows = _rows_to_batch(rows, flag)
         enc = self.encoding
         out = make_batch(
             rows,
@@ -356,20 +369,107 @@ class PrivacyMaskingCollator:
         )
         return {k: torch.from_numpy(v) for k, v in out.items()}
 
+    def _from_lists(self, rows: Sequence[dict[str, Any]], flag: str | None) -> dict[str, Any]:
+        names = ["input_ids", "word_ids", *([flag] if flag else [])]
+        cols = {name: _values(rows, name) for name in names}
+        seq_ids = _values(rows, "seq_id")
+        enc = self.encoding
+        longest = max(map(len, cols["input_ids"]))
+        try:
+            out = make_batch_from_lists(
+                seq_ids,
+                cols["input_ids"],
+                cols["word_ids"],
+                cols[flag] if flag else None,
+                self.objective,
+                length=padded_length(longest, enc["max_len"], self.pad_to),
+                pad_id=enc["pad_token_id"],
+                mask_id=enc["mask_token_id"],
+                vocab_size=enc["vocab_size"],
+                seed=self.seed,
+                epoch=self.epoch,
+                masking=self.masking,
+            )
+        except (TypeError, OverflowError):
+            raise InputError(
+                "collator rows: values that do not convert (seq_id uint64, input_ids uint32, "
+                "word_ids int32 and flags bool lists)"
+            ) from None
+        batch = {k: torch.from_numpy(v) for k, v in out.items()}
+        if self.return_seq_ids:
+            # As the Arrow path gives them: uint64 ids viewed as int64 (torch has no uint64).
+            batch["seq_id"] = torch.from_numpy(np.asarray(seq_ids, np.uint64).astype(np.int64))
+        return batch
+
+
+def _python_lists(rows: Sequence[dict[str, Any]], flag: str | None) -> bool:
+    """Whether ``rows`` look like ``datasets``' Python rows (lists), with the columns needed."""
+    if not rows:
+        return False
+    first = rows[0]
+    names = ("seq_id", "input_ids", "word_ids", *([flag] if flag else []))
+    return all(n in first for n in names) and type(first["input_ids"]) is list
+
+
+def _values(rows: Sequence[dict[str, Any]], name: str) -> list[Any]:
+    try:
+        return [r[name] for r in rows]
+    except KeyError:
+        row = next(i for i, r in enumerate(rows) if name not in r)
+        raise InputError("a collator row lacks a column", row=row, column=name) from None
+
 
 _ROW_TYPES = {name: ENCODED.field(name).type for name in ENCODED_COLUMNS}
+_FLAGS = ("protected", "direct", "indirect")
 
 
-def _rows_to_batch(rows: Sequence[dict[str, Any]]) -> pa.RecordBatch:
+def _rows_to_batch(rows: Sequence[dict[str, Any]], flag: str | None = None) -> pa.RecordBatch:
+    """Dict rows (Python lists, numpy arrays or tensors, as ``datasets`` returns them) -> one
+    Arrow batch, column by column: Python lists go through ``_core.py_lists`` (one pass in
+    Rust, no object per token), arrays are concatenated. Of the three flag columns only
+    ``flag`` (the one the objective reads; none for ``mlm``/``clm``) is converted; the others
+    come back all false, as the mask sampler never reads them."""
     if not rows:
         raise ConfigError("an empty batch")
-    cols = {}
-    for name, t in _ROW_TYPES.items():
-        values = [r[name] for r in rows]
-        if isinstance(values[0], torch.Tensor):
-            values = [v.tolist() for v in values]
-        cols[name] = pa.array(values, t)
-    return pa.record_batch(cols)
+    wanted = [n for n in _ROW_TYPES if n not in _FLAGS or n == flag]
+    missing = [name for name in wanted if name not in rows[0]]
+    if missing:
+        raise ConfigError(
+            f"the collator's rows lack {', '.join(missing)}: with transformers.Trainer, pass "
+            "remove_unused_columns=False in the training arguments"
+        )
+    cols: dict[str, pa.Array] = {}
+    for name in wanted:
+        t = _ROW_TYPES[name]
+        values = _values(rows, name)
+        try:
+            cols[name] = _column(values, t)
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            what = f"{t.value_type} lists" if pa.types.is_list(t) else str(t)
+            raise InputError(f"collator rows: values that are not {what}", column=name) from None
+    ids = cols["input_ids"]
+    for name in _FLAGS:
+        if name not in cols:
+            false = pa.array(np.zeros(len(ids.values), np.bool_))
+            cols[name] = pa.ListArray.from_arrays(ids.offsets, false, type=_ROW_TYPES[name])
+    return pa.record_batch({name: cols[name] for name in _ROW_TYPES})
+
+
+_KINDS = {pa.uint32(): "uint32", pa.int32(): "int32", pa.bool_(): "bool"}
+
+
+def _column(values: list[Any], t: pa.DataType) -> pa.Array:
+    if not pa.types.is_list(t):
+        return pa.array(np.fromiter(values, t.to_pandas_dtype(), len(values)), t)
+    if isinstance(values[0], (np.ndarray, torch.Tensor)):
+        parts = [v.numpy(force=True) if isinstance(v, torch.Tensor) else v for v in values]
+        lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+        offsets = np.zeros(len(values) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(parts).astype(t.value_type.to_pandas_dtype(), copy=False)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, t.value_type), type=t)
+    lists = values if all(type(v) is list for v in values) else [list(v) for v in values]
+    return _core.py_lists(lists, _KINDS[t.value_type]).cast(t)
 
 
 class EncodedRows(Dataset):

@@ -235,5 +235,69 @@ def batch_length(rows: pa.RecordBatch, max_len: int, pad_to: str | int) -> int:
     if pad_to == "max_len":
         return max_len
     longest = int(pc.max(pc.list_value_length(rows.column("input_ids"))).as_py() or 1)
+    return padded_length(longest, max_len, pad_to)
+
+
+def padded_length(longest: int, max_len: int, pad_to: str | int) -> int:
+    """:func:`batch_length` given the longest row's length."""
+    if pad_to == "max_len":
+        return max_len
     multiple = int(pad_to)
-    return -(-longest // multiple) * multiple
+    return -(-max(longest, 1) // multiple) * multiple
+
+
+def make_batch_from_lists(
+    seq_ids: list[int],
+    input_ids: list[list[int]],
+    word_ids: list[list[int]],
+    flags: list[list[bool]] | None,
+    objective: Objective,
+    *,
+    length: int,
+    pad_id: int,
+    mask_id: int | None,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
+    masking: MaskingConfig = MaskingConfig(),
+) -> dict[str, np.ndarray]:
+    """:func:`make_batch` for rows given as Python lists (what ``transformers.Trainer`` hands a
+    collator over a ``datasets`` dataset): each row's lists are read once, in Rust, straight
+    into the mask sampler, with the same draws. ``flags`` is the ``encoded`` flag column the
+    objective reads (``PROTECT_FLAG[objective.protect]``; None when it protects nothing).
+    ``masking.hide_protected_input`` is not supported here (use :func:`make_batch`).
+
+    Returns
+    -------
+    dict
+        ``input_ids``, ``attention_mask`` and ``labels`` (int64, rows x ``length``).
+    """
+    if not objective.causal and mask_id is None:
+        raise ConfigError(
+            f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
+        )
+    check_masking(objective, masking)
+    if masking.hide_protected_input:
+        raise ConfigError("make_batch_from_lists does not hide protected input; use make_batch")
+    replace_mask = 1.0 if masking.mask_only else masking.replace_mask
+    replace_random = 0.0 if masking.mask_only else masking.replace_random
+    out = _core.mask_rows(
+        seq_ids,
+        input_ids,
+        word_ids,
+        flags,
+        length,
+        causal=objective.causal,
+        protect=objective.protect,
+        probability=masking.probability,
+        replace_mask=replace_mask,
+        replace_random=replace_random,
+        mask_id=0 if mask_id is None else mask_id,
+        pad_id=pad_id,
+        vocab_size=vocab_size,
+        seed=seed,
+        epoch=epoch,
+    )
+    shape = (len(seq_ids), length)
+    names = ("input_ids", "attention_mask", "labels")
+    return {n: np.frombuffer(b, np.int64).reshape(shape) for n, b in zip(names, out, strict=True)}

@@ -22,7 +22,7 @@ use phisieve_core::masking::{Flags, MaskConfig, Protect, Row, Sampler, Sequence}
 use phisieve_core::text::StrCol;
 use phisieve_core::{CoreError, IndexBuilder, IndexConfig, Marker, Normalizer};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3_arrow::{PyArray, PyRecordBatch, PyTable};
 
 /// Raise the `phisieve.errors` exception that matches a core error.
@@ -411,17 +411,7 @@ fn mask_batch<'py>(
     epoch: u64,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
-    let protect = match protect {
-        "nothing" => Protect::Nothing,
-        "all" => Protect::All,
-        "direct" => Protect::Direct,
-        "indirect" => Protect::Indirect,
-        other => {
-            return Err(bad(format!(
-                "unknown protection {other:?}; expected nothing, all, direct or indirect"
-            )))
-        }
-    };
+    let protect = parse_protect(protect).map_err(|e| to_py_err(py, e))?;
     let cfg = MaskConfig {
         causal,
         protect,
@@ -623,6 +613,286 @@ fn find_placeholders<'py>(py: Python<'py>, texts: PyArray) -> PyResult<Bound<'py
         RecordBatch::try_from_iter(columns).map_err(|e| CoreError::InvalidArgument(e.to_string()))
     })?;
     PyRecordBatch::new(batch).into_pyarrow(py)
+}
+
+fn parse_protect(protect: &str) -> phisieve_core::Result<Protect> {
+    Ok(match protect {
+        "nothing" => Protect::Nothing,
+        "all" => Protect::All,
+        "direct" => Protect::Direct,
+        "indirect" => Protect::Indirect,
+        other => {
+            return Err(CoreError::InvalidArgument(format!(
+                "unknown protection {other:?}; expected nothing, all, direct or indirect"
+            )))
+        }
+    })
+}
+
+/// Append the items of `row` (a Python list) to `out` through `item`, which reads one
+/// borrowed item and returns None with a Python error set when it does not convert.
+fn gather_row<T>(
+    py: Python<'_>,
+    row: &Bound<'_, PyAny>,
+    item: &impl Fn(*mut pyo3::ffi::PyObject) -> Option<T>,
+    out: &mut Vec<T>,
+) -> PyResult<()> {
+    let list = row.cast::<PyList>()?;
+    let n = list.len();
+    out.reserve(n);
+    for i in 0..n {
+        // SAFETY: `list` is a live list and `i` < its length; the borrowed item is only read
+        // while the GIL is held and the list is unchanged.
+        let obj = unsafe { pyo3::ffi::PyList_GetItem(list.as_ptr(), i as pyo3::ffi::Py_ssize_t) };
+        match item(obj) {
+            Some(v) => out.push(v),
+            None => {
+                return Err(PyErr::take(py).unwrap_or_else(|| {
+                    pyo3::exceptions::PyTypeError::new_err("a value does not convert")
+                }))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An integer item in `lo..=hi`; None with a Python error set otherwise.
+fn py_integer(obj: *mut pyo3::ffi::PyObject, lo: i64, hi: i64) -> Option<i64> {
+    use pyo3::ffi;
+    // SAFETY: `obj` is a valid borrowed reference (see `gather_row`), the GIL is held.
+    unsafe {
+        let v = ffi::PyLong_AsLongLong(obj);
+        if v == -1 && !ffi::PyErr_Occurred().is_null() {
+            return None;
+        }
+        if v < lo || v > hi {
+            ffi::PyErr_SetString(
+                ffi::PyExc_OverflowError,
+                c"a value is out of range for its column".as_ptr(),
+            );
+            return None;
+        }
+        Some(v)
+    }
+}
+
+fn py_u32(obj: *mut pyo3::ffi::PyObject) -> Option<u32> {
+    py_integer(obj, 0, u32::MAX.into()).map(|v| v as u32)
+}
+
+fn py_i32(obj: *mut pyo3::ffi::PyObject) -> Option<i32> {
+    py_integer(obj, i32::MIN.into(), i32::MAX.into()).map(|v| v as i32)
+}
+
+fn py_bool(obj: *mut pyo3::ffi::PyObject) -> Option<bool> {
+    // SAFETY: the singletons live as long as the interpreter; `obj` is a valid borrowed
+    // reference and the GIL is held (see `gather_row`).
+    unsafe {
+        if obj == pyo3::ffi::Py_True() {
+            Some(true)
+        } else if obj == pyo3::ffi::Py_False() {
+            Some(false)
+        } else {
+            // Anything else Python calls a bool (numpy.bool_): the slow way.
+            let py = Python::assume_attached();
+            let any = Bound::from_borrowed_ptr(py, obj);
+            any.extract::<bool>().map_err(|e| e.restore(py)).ok()
+        }
+    }
+}
+
+/// Python lists of values, one list per row (what `datasets` hands a collator), as one Arrow
+/// list array of `kind` (`uint32`, `int32` or `bool`): one pass over the items, no Python or
+/// Arrow object made per item. A row that is not a list, or an item that does not convert
+/// (out of range, not an integer or not a bool), raises `TypeError` or `OverflowError`.
+#[pyfunction]
+fn py_lists<'py>(
+    py: Python<'py>,
+    rows: &Bound<'py, PyList>,
+    kind: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    fn gather<T>(
+        py: Python<'_>,
+        rows: &Bound<'_, PyList>,
+        item: impl Fn(*mut pyo3::ffi::PyObject) -> Option<T>,
+    ) -> PyResult<(Vec<i32>, Vec<T>)> {
+        let mut offsets = Vec::with_capacity(rows.len() + 1);
+        offsets.push(0i32);
+        let mut values = Vec::new();
+        for row in rows.iter() {
+            gather_row(py, &row, &item, &mut values)?;
+            let end = i32::try_from(values.len()).map_err(|_| {
+                pyo3::exceptions::PyOverflowError::new_err("more than 2^31 values in one batch")
+            })?;
+            offsets.push(end);
+        }
+        Ok((offsets, values))
+    }
+    let (data_type, offsets, values): (DataType, Vec<i32>, ArrayRef) = match kind {
+        "uint32" => {
+            let (o, v) = gather(py, rows, py_u32)?;
+            (
+                DataType::UInt32,
+                o,
+                Arc::new(arrow_array::UInt32Array::from(v)),
+            )
+        }
+        "int32" => {
+            let (o, v) = gather(py, rows, py_i32)?;
+            (
+                DataType::Int32,
+                o,
+                Arc::new(arrow_array::Int32Array::from(v)),
+            )
+        }
+        "bool" => {
+            let (o, v) = gather(py, rows, py_bool)?;
+            (
+                DataType::Boolean,
+                o,
+                Arc::new(arrow_array::BooleanArray::from(v)),
+            )
+        }
+        other => {
+            return Err(to_py_err(
+                py,
+                CoreError::InvalidArgument(format!(
+                    "unknown kind {other:?}; expected uint32, int32 or bool"
+                )),
+            ))
+        }
+    };
+    let field = Arc::new(Field::new("item", data_type, true));
+    let offsets = arrow_buffer::OffsetBuffer::new(arrow_buffer::ScalarBuffer::from(offsets));
+    let list = arrow_array::ListArray::try_new(field, offsets, values, None)
+        .map_err(|e| to_py_err(py, CoreError::InvalidArgument(e.to_string())))?;
+    to_pyarrow(py, Arc::new(list))
+}
+
+/// The training rows of a batch given as Python lists (what `datasets` hands a collator):
+/// `seq_ids`, and per row its `input_ids`, `word_ids` and the flags of the tokens that the
+/// objective protects (`flags`: one list of bools per row, the `encoded` column that
+/// `protect` reads; None when it protects nothing). Each row's lists are read once, straight
+/// into the sampler, with the same draws as `mask_batch`. Returns `input_ids`,
+/// `attention_mask` and `labels` as bytearrays of rows x length native int64 values.
+#[pyfunction]
+#[pyo3(signature = (
+    seq_ids, input_ids, word_ids, flags, length, *,
+    causal, protect, probability, replace_mask, replace_random,
+    mask_id, pad_id, vocab_size, seed, epoch,
+))]
+#[allow(clippy::too_many_arguments)]
+fn mask_rows<'py>(
+    py: Python<'py>,
+    seq_ids: Vec<u64>,
+    input_ids: &Bound<'py, PyList>,
+    word_ids: &Bound<'py, PyList>,
+    flags: Option<&Bound<'py, PyList>>,
+    length: usize,
+    causal: bool,
+    protect: &str,
+    probability: f64,
+    replace_mask: f64,
+    replace_random: f64,
+    mask_id: u32,
+    pad_id: u32,
+    vocab_size: u32,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
+    let protect = parse_protect(protect).map_err(|e| to_py_err(py, e))?;
+    let cfg = MaskConfig {
+        causal,
+        protect,
+        probability,
+        replace_mask,
+        replace_random,
+        mask_id,
+        pad_id,
+        vocab_size,
+        seed,
+        epoch,
+    };
+    cfg.validate().map_err(|e| to_py_err(py, e))?;
+    let rows = seq_ids.len();
+    for (list, name) in [(input_ids, "input_ids"), (word_ids, "word_ids")]
+        .into_iter()
+        .chain(flags.map(|f| (f, "flags")))
+    {
+        if list.len() != rows {
+            return Err(bad(format!(
+                "{name} has {} rows, expected {rows}",
+                list.len()
+            )));
+        }
+    }
+    if protect != Protect::Nothing && flags.is_none() {
+        return Err(bad("this protection needs the flags it reads".to_string()));
+    }
+    let size = rows
+        .checked_mul(length)
+        .ok_or_else(|| bad(format!("{rows} rows of length {length} is too large")))?;
+    // The outputs are written in place into the bytearrays that Python receives.
+    let bytes = size
+        .checked_mul(8)
+        .ok_or_else(|| bad(format!("{rows} rows of length {length} is too large")))?;
+    let arrays = [(); 3].map(|_| pyo3::types::PyByteArray::new_with(py, bytes, |_| Ok(())));
+    let [a, b, c] = arrays;
+    let (a, b, c) = (a?, b?, c?);
+    // SAFETY: three distinct bytearrays that nothing else references yet, not resized while
+    // these slices live (no Python code runs that could see them until they are returned).
+    let (oa, ob, oc) = unsafe { (a.as_bytes_mut(), b.as_bytes_mut(), c.as_bytes_mut()) };
+    fn as_i64(buf: &mut [u8]) -> Option<&mut [i64]> {
+        // SAFETY: any bit pattern is a valid i64; align_to_mut reports misalignment.
+        let (head, body, tail) = unsafe { buf.align_to_mut::<i64>() };
+        (head.is_empty() && tail.is_empty()).then_some(body)
+    }
+    let misaligned = || bad("an output buffer is not aligned for int64".to_string());
+    let oa = as_i64(oa).ok_or_else(misaligned)?;
+    let ob = as_i64(ob).ok_or_else(misaligned)?;
+    let oc = as_i64(oc).ok_or_else(misaligned)?;
+    let (mut ids, mut words, mut flag) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sampler = Sampler::default();
+    for (r, &seq_id) in seq_ids.iter().enumerate() {
+        ids.clear();
+        words.clear();
+        flag.clear();
+        gather_row(py, &input_ids.get_item(r)?, &py_u32, &mut ids)?;
+        gather_row(py, &word_ids.get_item(r)?, &py_i32, &mut words)?;
+        if let Some(f) = flags {
+            gather_row(py, &f.get_item(r)?, &py_bool, &mut flag)?;
+            if flag.len() != ids.len() {
+                return Err(bad(format!(
+                    "sequence at row {r}: the flags and input_ids differ in length"
+                )));
+            }
+        }
+        let read = |i: usize| {
+            let v = flag.get(i).copied().unwrap_or(false);
+            Flags {
+                protected: v,
+                direct: v,
+                indirect: v,
+            }
+        };
+        let seq = Sequence {
+            seq_id,
+            input_ids: &ids,
+            word_ids: &words,
+            flags: &read,
+        };
+        let w = r * length..(r + 1) * length;
+        let row = Row {
+            input_ids: &mut oa[w.clone()],
+            attention_mask: &mut ob[w.clone()],
+            labels: &mut oc[w],
+        };
+        sampler
+            .fill(&seq, &cfg, row, r)
+            .map_err(|e| to_py_err(py, e))?;
+    }
+    PyTuple::new(py, [a, b, c])
 }
 
 fn to_pyarrow<'py>(py: Python<'py>, array: ArrayRef) -> PyResult<Bound<'py, PyAny>> {
@@ -851,6 +1121,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndexBuilder>()?;
     m.add_class::<PyMarker>()?;
     m.add_function(wrap_pyfunction!(mask_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(py_lists, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_rows, m)?)?;
     m.add_function(wrap_pyfunction!(find_placeholders, m)?)?;
     m.add_function(wrap_pyfunction!(keyed_draws, m)?)?;
     m.add_function(wrap_pyfunction!(id_hashes, m)?)?;
