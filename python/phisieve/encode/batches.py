@@ -41,7 +41,7 @@ from ..protection.scope import (
 from ..term_index.build import terms_options
 from .numbering import SequenceOffsets, count_sequences
 from .pack import _Packer
-from .tokenizer import SpecialTokens, _encode_texts, _splittable
+from .tokenizer import SpecialTokens, _encode_texts, _splittable, rust_tokenizer
 
 __all__ = ["Encoder", "encode_batches", "protection_report", "resolve_options"]
 
@@ -219,6 +219,7 @@ class Encoder:
         # mask the model is trained to fill).
         self.backend.encode_special_tokens = True
         self.splittable = _splittable(self.backend)
+        self.rust = rust_tokenizer(self.backend)
         self.marker = None
         self._marker_terms: pa.Array | None = None
         self.direct_terms = pa.array([], pa.string())
@@ -287,7 +288,7 @@ class Encoder:
             for r in ("span", "patient", "corpus"):
                 reasons[r] = np.zeros_like(reasons[r])
         ids, tok_offsets, tok_counts = _encode_texts(
-            self.backend, texts.to_pylist(), self.splittable
+            self.backend, texts.to_pylist(), self.splittable, self.rust
         )
         lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
         words, tok_flags = _token_words(
@@ -323,12 +324,14 @@ class Encoder:
         # sent to each worker of a cluster).
         state = dict(self.__dict__)
         state["marker"] = None
+        state["rust"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if getattr(self, "_marker_terms", None) is not None:
             self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
+        self.rust = rust_tokenizer(self.backend)
 
     def drain(self) -> dict[str, int]:
         """The counts since the last call (:attr:`stats` starts again from zero)."""
