@@ -118,6 +118,60 @@ def mask_rows(
     ``protect`` reads, None for ``nothing``): ``input_ids``, ``attention_mask`` and ``labels``
     as bytearrays of rows x length native int64 values, with the same draws."""
 
+class ModelTokenizer:
+    """A Hugging Face tokenizer (its ``tokenizer.json``) run from Rust for ``encode``:
+    truncation and padding off, special tokens written in a text encoded as text."""
+
+    def __init__(self, json: str) -> None: ...
+    def encode(self, texts: list[str]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+        """Token ids (uint32), start and end character offsets (int64) of every text's
+        tokens, no special tokens added, and each text's token count (int64)."""
+
+class Packer:
+    """Packs documents into model sequences for ``encode`` (``phisieve_core::pack``)."""
+
+    def __init__(
+        self, max_len: int, prefix: list[int], suffix: list[int], doc_end: int | None
+    ) -> None: ...
+    @property
+    def dropped_tokens(self) -> int:
+        """Tokens left out so far because their sequence held no word."""
+    @dropped_tokens.setter
+    def dropped_tokens(self, value: int) -> None: ...
+    def fresh(self) -> Packer:
+        """A packer with the same settings that has seen nothing."""
+    def is_empty(self) -> bool:
+        """Whether no sequence is being packed or waiting to be taken."""
+    def finish_patient(self) -> None:
+        """The current patient's last sequence is complete."""
+    def add_batch(
+        self,
+        patients: list[str],
+        doc_ids: list[str],
+        bounds: Any,
+        ids: Any,
+        words: Any,
+        direct: Any,
+        indirect: Any,
+    ) -> None:
+        """Append a batch's documents in order (tokens ``bounds[r]:bounds[r + 1]``)."""
+    def take(self) -> pa.RecordBatch | None:
+        """The finished sequences (``patient_id``, ``doc_ids``, ``input_ids``, ``word_ids``,
+        ``protected``, ``direct``, ``indirect``), or None."""
+
+def align_tokens(
+    tok_starts: Any,
+    tok_ends: Any,
+    tok_counts: Any,
+    word_starts: Any,
+    word_ends: Any,
+    word_counts: Any,
+    flags: list[Any],
+) -> tuple[pa.Array, tuple[pa.Array, ...]]:
+    """Per model token (int64 arrays; offsets per text) the text-local number of the first
+    word it overlaps (-1: none), and per flag (bool, one per word) whether any word it overlaps
+    has it."""
+
 def find_placeholders(texts: Any) -> pa.RecordBatch:
     """Every MIMIC-III ``[** ... **]`` placeholder of each text, one row each: ``text`` (input
     row), code-point ``start``/``end``, ``form``, ``category``/``qualifier``/``id`` and

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _core
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, PhisieveError
 from ..io.sources import open_source, require_columns, string_array
 from ..protection.scope import (
     DEFAULT_SCOPE,
@@ -40,7 +40,7 @@ from ..protection.scope import (
 )
 from ..term_index.build import terms_options
 from .numbering import SequenceOffsets, count_sequences
-from .pack import _Packer
+from .pack import ENCODED
 from .tokenizer import SpecialTokens, _encode_texts, _splittable, rust_tokenizer
 
 __all__ = ["Encoder", "encode_batches", "protection_report", "resolve_options"]
@@ -60,24 +60,22 @@ def _token_words(
     flags: tuple[np.ndarray, ...],
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Map every model token of a batch (:func:`_encode_texts`) to the first word it
-    overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps."""
-    base = np.concatenate([[0], np.cumsum(text_lengths)[:-1]]).astype(np.int64)
-    tok_base = np.repeat(base, tok_counts)
-    ts, te = flat[:, 0] + tok_base, flat[:, 1] + tok_base
-    word_base = np.repeat(base, word_counts)
-    ws, we = starts + word_base, ends + word_base
-    first = np.searchsorted(we, ts, side="right")
-    last = np.searchsorted(ws, te, side="left") - 1
-    hit = (te > ts) & (first < len(ws)) & (last >= first)
-    word_first = np.concatenate([[0], np.cumsum(word_counts)[:-1]])
-    doc_of_token = np.repeat(np.arange(len(tok_counts)), tok_counts)
-    words = np.where(hit, first - word_first[doc_of_token], -1).astype(np.int64)
-    out = []
-    for f in flags:
-        cum = np.concatenate([[0], np.cumsum(f, dtype=np.int64)])
-        lo, hi = np.where(hit, first, 0), np.where(hit, last + 1, 0)
-        out.append((cum[hi] - cum[lo]) > 0)
-    return words, tuple(out)
+    overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps
+    (``_core.align_tokens``; ``text_lengths`` is not needed there, offsets being per text)."""
+    i64 = functools.partial(pa.array, type=pa.int64())
+    words, out = _core.align_tokens(
+        i64(np.ascontiguousarray(flat[:, 0])),
+        i64(np.ascontiguousarray(flat[:, 1])),
+        i64(np.asarray(tok_counts, np.int64)),
+        i64(np.asarray(starts, np.int64)),
+        i64(np.asarray(ends, np.int64)),
+        i64(np.asarray(word_counts, np.int64)),
+        [pa.array(np.asarray(f, bool)) for f in flags],
+    )
+    return (
+        words.to_numpy(zero_copy_only=False),
+        tuple(f.to_numpy(zero_copy_only=False) for f in out),
+    )
 
 
 def _word_flags(
@@ -208,7 +206,9 @@ class Encoder:
         self.normalize = resolve_options(terms, normalize, None)[0]
         self.spans, self.gold, self.where = spans, gold, where
         self.policy, self.pseudonymize = policy, pseudonymize
-        self.packer = _Packer(max_len, SpecialTokens.of(tokenizer))
+        sp = SpecialTokens.of(tokenizer)
+        self._packer_args = (max_len, sp.prefix, sp.suffix, sp.doc_end)
+        self.packer = _core.Packer(*self._packer_args)
         # A copy of the Rust tokenizer behind the fast tokenizer, with truncation and padding
         # off (documents are split into sequences here) and no length warnings.
         self.backend = copy.deepcopy(tokenizer.backend_tokenizer)
@@ -306,15 +306,18 @@ class Encoder:
         _count_reasons(stats, by_reason)
         if self.gold is not None:
             _count_gold(stats, self.gold, doc_list, tok_offsets, tok_counts, words, by_reason)
-        bounds = np.concatenate([[0], np.cumsum(tok_counts)])
-        packer = self.packer
-        for r, doc in enumerate(doc_list):
-            patient = patient_list[r]
-            if self.last_patient is not None and patient != self.last_patient:
-                packer.finish_patient()
-            self.last_patient = patient
-            a, b = bounds[r], bounds[r + 1]
-            packer.add(patient, doc, ids[a:b], words[a:b], tok_direct[a:b], tok_indirect[a:b])
+        bounds = np.concatenate([[0], np.cumsum(tok_counts)]).astype(np.int64)
+        self.packer.add_batch(
+            patient_list,
+            doc_list,
+            pa.array(bounds),
+            pa.array(ids, pa.uint32()),
+            pa.array(words.astype(np.int64, copy=False)),
+            pa.array(tok_direct),
+            pa.array(tok_indirect),
+        )
+        if patient_list:
+            self.last_patient = patient_list[-1]
         stats["documents"] += batch.num_rows
         stats["words"] += int(counts.sum())
         return self._take()
@@ -322,9 +325,12 @@ class Encoder:
     def __getstate__(self) -> dict[str, Any]:
         # The Rust marker does not pickle: it is made again from its terms (an encoder is
         # sent to each worker of a cluster).
+        if not self.packer.is_empty():
+            raise PhisieveError("an encoder holding unfinished sequences cannot be pickled")
         state = dict(self.__dict__)
         state["marker"] = None
         state["rust"] = None
+        state["packer"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -332,6 +338,7 @@ class Encoder:
         if getattr(self, "_marker_terms", None) is not None:
             self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
         self.rust = rust_tokenizer(self.backend)
+        self.packer = _core.Packer(*self._packer_args)
 
     def drain(self) -> dict[str, int]:
         """The counts since the last call (:attr:`stats` starts again from zero)."""
@@ -342,9 +349,7 @@ class Encoder:
         """A fresh encoder with the same tokenizer, terms and spans, that has seen no
         document (for one partition of the corpus)."""
         new = copy.copy(self)
-        new.packer = copy.deepcopy(self.packer)
-        new.packer.current, new.packer.done, new.packer.patient = None, [], None
-        new.packer.next_word = new.packer.dropped_tokens = 0
+        new.packer = self.packer.fresh()
         new.stats = dict.fromkeys(self.stats, 0)
         new.last_patient, new.finished, new.row = None, set(), 0
         new._seq_patient, new._seq_next = None, 0
@@ -371,17 +376,18 @@ class Encoder:
 
     def _take(self) -> pa.RecordBatch | None:
         """The finished sequences, each numbered within its patient."""
-        done = self.packer.done
-        if not done:
+        done = self.packer.take()
+        if done is None:
             return None
-        seq_ids = np.empty(len(done), dtype=np.uint64)
-        for i, s in enumerate(done):
-            if s.patient != self._seq_patient:
-                self._seq_patient, self._seq_next = s.patient, 0
+        patients = done.column("patient_id").to_pylist()
+        seq_ids = np.empty(len(patients), dtype=np.uint64)
+        for i, patient in enumerate(patients):
+            if patient != self._seq_patient:
+                self._seq_patient, self._seq_next = patient, 0
             seq_ids[i] = self._seq_next
             self._seq_next += 1
-        out = self.packer.take(seq_ids)
-        return None if out is None else _count(out, self.stats)
+        out = pa.record_batch([pa.array(seq_ids), *done.columns], schema=ENCODED)
+        return _count(out, self.stats)
 
     def flush(self) -> pa.RecordBatch | None:
         """The last patient's last sequence."""

@@ -15,6 +15,7 @@
 //!
 //! This crate has no Python dependency; `rust/py` wraps it.
 
+pub mod align;
 pub mod error;
 pub mod hash;
 pub mod ignorable;
@@ -22,6 +23,7 @@ pub mod index;
 pub mod marker;
 pub mod masking;
 pub mod normalize;
+pub mod pack;
 pub mod placeholders;
 pub mod rules;
 pub mod surrogate;
