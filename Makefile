@@ -43,8 +43,7 @@ test-python: build chromium
 	$(BIN)/python -m pytest -q
 
 bench: build
-	$(BIN)/python benches/index_scaling.py
-	$(BIN)/python benches/masking.py
+	$(BIN)/python benches/suite.py --tokens 1M,10M --out benches/suite
 
 lint: build
 	$(BIN)/ruff check python tests benches
