@@ -394,3 +394,32 @@ def token_words(
         lo, hi = np.where(hit, first, 0), np.where(hit, last + 1, 0)
         out.append((cum[hi] - cum[lo]) > 0)
     return words, tuple(out)
+
+
+def span_overlap(by_doc: dict, doc_ids: list[str], starts: np.ndarray, ends: np.ndarray,
+                 counts: np.ndarray) -> np.ndarray:  # fmt: skip
+    """``DocSpans.overlap`` as it was written with numpy (one sorted search over a number line
+    that gives each document its own stretch)."""
+    n = int(counts.sum())
+    out = np.zeros(n, bool)
+    if n == 0 or not by_doc:
+        return out
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    width = int(max(ends.max(initial=0), 0)) + 1
+    span_s, span_e = [], []
+    for i, doc in enumerate(doc_ids):
+        sp = by_doc.get(doc)
+        if sp is None or bounds[i] == bounds[i + 1]:
+            continue
+        s, e = sp
+        span_s.append(np.minimum(s, width) + i * width)
+        span_e.append(np.minimum(e, width) + i * width)
+    if not span_s:
+        return out
+    ss, se = np.concatenate(span_s), np.concatenate(span_e)
+    shift = np.repeat(np.arange(len(doc_ids), dtype=np.int64) * width, counts)
+    ws, we = starts.astype(np.int64) + shift, ends.astype(np.int64) + shift
+    j = np.searchsorted(se, ws, side="right")
+    ok = j < len(ss)
+    out[ok] = ss[j[ok]] < we[ok]
+    return out & (ends > starts)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from phisieve import _core
 from phisieve.encode.tokenizer import SpecialTokens
 from phisieve.errors import ConfigError
+from phisieve.protection.scope import DocSpans, merged_spans
 from tests.reference import PyPacker
 
 BERT = SpecialTokens(vocab_size=50, pad_id=0, mask_id=3, prefix=[1], suffix=[2], doc_end=2)
@@ -167,3 +168,36 @@ def test_token_alignment_equals_the_numpy_reference(case):
     assert got_words.tolist() == want_words.tolist()
     for g, w in zip(got_flags, want_flags, strict=True):
         assert g.tolist() == w.tolist()
+
+
+@st.composite
+def spans_and_words(draw):
+    docs, by_doc, starts, ends, counts = [], {}, [], [], []
+    for d in range(draw(st.integers(1, 5))):
+        doc = f"d{d % 3}" if draw(st.booleans()) else f"d{d}"  # some ids repeat
+        docs.append(doc)
+        if doc not in by_doc and draw(st.booleans()):
+            spans = [{"start": a, "end": a + draw(st.integers(0, 6))}
+                     for a in draw(st.lists(st.integers(0, 40), max_size=4))]  # fmt: skip
+            s, e = merged_spans(spans)
+            if len(s):
+                by_doc[doc] = (s, e)
+        pos, n = 0, 0
+        for _ in range(draw(st.integers(0, 8))):
+            pos += draw(st.integers(0, 4))
+            end = pos + draw(st.integers(0, 5))
+            starts.append(pos)
+            ends.append(end)
+            pos, n = end, n + 1
+        counts.append(n)
+    return by_doc, docs, np.array(starts, np.int64), np.array(ends, np.int64), np.array(counts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=spans_and_words())
+def test_span_overlap_equals_the_numpy_reference(case):
+    from tests.reference import span_overlap
+
+    by_doc, docs, starts, ends, counts = case
+    got = DocSpans(by_doc).overlap(docs, starts, ends, counts)
+    assert got.tolist() == span_overlap(by_doc, docs, starts, ends, counts).tolist()

@@ -32,6 +32,7 @@ the words' counts, so that merged indexes (whose counts add) mark the same words
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,31 +110,32 @@ class DocSpans:
     ) -> np.ndarray:
         """For ranges ``[starts, ends)`` (flat, ``counts[i]`` of them for document
         ``doc_ids[i]``, offsets local to each document), whether each overlaps a span of its
-        document. Vectorised: one sorted search over all documents."""
+        document (``_core.align_tokens``: the ranges against each document's merged spans)."""
         n = int(counts.sum())
-        out = np.zeros(n, bool)
         if n == 0 or not self.by_doc:
-            return out
-        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        # Give each document its own stretch of one number line (ranges never cross them).
-        width = int(max(ends.max(initial=0), 0)) + 1
+            return np.zeros(n, bool)
         span_s, span_e = [], []
+        per_doc = np.zeros(len(doc_ids), np.int64)
         for i, doc in enumerate(doc_ids):
             sp = self.by_doc.get(doc)
-            if sp is None or bounds[i] == bounds[i + 1]:
-                continue
-            s, e = sp
-            span_s.append(np.minimum(s, width) + i * width)
-            span_e.append(np.minimum(e, width) + i * width)
+            if sp is not None:
+                span_s.append(sp[0])
+                span_e.append(sp[1])
+                per_doc[i] = len(sp[0])
         if not span_s:
-            return out
+            return np.zeros(n, bool)
         ss, se = np.concatenate(span_s), np.concatenate(span_e)
-        shift = np.repeat(np.arange(len(doc_ids), dtype=np.int64) * width, counts)
-        ws, we = starts.astype(np.int64) + shift, ends.astype(np.int64) + shift
-        j = np.searchsorted(se, ws, side="right")  # the first span ending after the start
-        ok = j < len(ss)
-        out[ok] = ss[j[ok]] < we[ok]
-        return out & (ends > starts)
+        i64 = functools.partial(pa.array, type=pa.int64())
+        _, (inside,) = _core.align_tokens(
+            i64(np.asarray(starts, np.int64)),
+            i64(np.asarray(ends, np.int64)),
+            i64(np.asarray(counts, np.int64)),
+            i64(ss),
+            i64(se),
+            i64(per_doc),
+            [pa.array(np.ones(len(ss), bool))],
+        )
+        return inside.to_numpy(zero_copy_only=False)
 
 
 @dataclass
@@ -161,11 +163,23 @@ class SpanWords:
         ends = words.column("ends").flatten().to_numpy(zero_copy_only=False)
         inside = self.spans.overlap([str(d) for d in doc_ids.to_pylist()], starts, ends, counts)
         if inside.any():
-            flat = words.column("words").flatten().to_numpy(zero_copy_only=False)
-            owner = np.repeat(np.array(patients.to_pylist(), dtype=object), counts)
-            for p, w in zip(owner[inside], flat[inside], strict=True):
-                self.by_patient[p].add(w)
-            self.in_span.update(flat[inside].tolist())
+            rows = np.repeat(np.arange(len(patients)), counts)[inside]
+            found = pa.table(
+                {
+                    "patient": patients.take(pa.array(rows)),
+                    "word": words.column("words").flatten().filter(pa.array(inside)),
+                }
+            )
+            grouped = found.group_by("patient").aggregate([("word", "distinct")])
+            for p, ws in zip(
+                grouped.column("patient").to_pylist(),
+                grouped.column("word_distinct").to_pylist(),
+                strict=True,
+            ):
+                self.by_patient[p].update(ws)
+            uses = pc.value_counts(found.column("word"))
+            values, n = uses.field("values").to_pylist(), uses.field("counts").to_pylist()
+            self.in_span.update(dict(zip(values, n, strict=True)))
 
     def patient_words(self) -> dict[str, set[str]]:
         """Per patient, the words that the patient's spans make direct in all their notes."""
