@@ -35,6 +35,7 @@ from ..protection.scope import (
     DEFAULT_SCOPE,
     REASONS,
     DocSpans,
+    align_ranges,
     check_scope,
     collect_span_words,
 )
@@ -61,21 +62,9 @@ def _token_words(
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Map every model token of a batch (:func:`_encode_texts`) to the first word it
     overlaps (doc-local number, -1 for none) and OR the flags of every word it overlaps
-    (``_core.align_tokens``; ``text_lengths`` is not needed there, offsets being per text)."""
-    i64 = functools.partial(pa.array, type=pa.int64())
-    words, out = _core.align_tokens(
-        i64(np.ascontiguousarray(flat[:, 0])),
-        i64(np.ascontiguousarray(flat[:, 1])),
-        i64(np.asarray(tok_counts, np.int64)),
-        i64(np.asarray(starts, np.int64)),
-        i64(np.asarray(ends, np.int64)),
-        i64(np.asarray(word_counts, np.int64)),
-        [pa.array(np.asarray(f, bool)) for f in flags],
-    )
-    return (
-        words.to_numpy(zero_copy_only=False),
-        tuple(f.to_numpy(zero_copy_only=False) for f in out),
-    )
+    (:func:`~phisieve.protection.scope.align_ranges`; ``text_lengths`` is not needed there,
+    offsets being per text)."""
+    return align_ranges(flat[:, 0], flat[:, 1], tok_counts, starts, ends, word_counts, list(flags))
 
 
 def _word_flags(

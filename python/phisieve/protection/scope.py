@@ -80,6 +80,32 @@ def merged_spans(spans: list[dict[str, Any]] | None) -> tuple[np.ndarray, np.nda
     return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
+def align_ranges(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    target_starts: np.ndarray,
+    target_ends: np.ndarray,
+    target_counts: np.ndarray,
+    flags: list[np.ndarray],
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Ranges against sorted, disjoint target ranges, text by text (``counts`` and
+    ``target_counts`` per text, offsets local to each text; ``_core.align_tokens``): per range
+    the text-local number of the first target it overlaps (-1: none), and per flag (one value
+    per target) whether any target it overlaps has it."""
+    i64 = functools.partial(pa.array, type=pa.int64())
+    first, out = _core.align_tokens(
+        *(i64(np.ascontiguousarray(a, np.int64)) for a in (starts, ends, counts)),
+        *(i64(np.ascontiguousarray(a, np.int64)) for a in (target_starts, target_ends)),
+        i64(np.ascontiguousarray(target_counts, np.int64)),
+        [pa.array(np.asarray(f, bool)) for f in flags],
+    )
+    return (
+        first.to_numpy(zero_copy_only=False),
+        tuple(f.to_numpy(zero_copy_only=False) for f in out),
+    )
+
+
 @dataclass
 class DocSpans:
     """Spans by document id, each document's merged into sorted, disjoint ranges."""
@@ -125,17 +151,8 @@ class DocSpans:
         if not span_s:
             return np.zeros(n, bool)
         ss, se = np.concatenate(span_s), np.concatenate(span_e)
-        i64 = functools.partial(pa.array, type=pa.int64())
-        _, (inside,) = _core.align_tokens(
-            i64(np.asarray(starts, np.int64)),
-            i64(np.asarray(ends, np.int64)),
-            i64(np.asarray(counts, np.int64)),
-            i64(ss),
-            i64(se),
-            i64(per_doc),
-            [pa.array(np.ones(len(ss), bool))],
-        )
-        return inside.to_numpy(zero_copy_only=False)
+        _, (inside,) = align_ranges(starts, ends, counts, ss, se, per_doc, [np.ones(len(ss), bool)])
+        return inside
 
 
 @dataclass

@@ -354,26 +354,31 @@ class PrivacyMaskingCollator:
             if not self.masking.hide_protected_input and _python_lists(rows, flag):
                 return self._from_lists(rows, flag)
             rows = _rows_to_batch(rows, flag)
-        enc = self.encoding
         out = make_batch(
             rows,
             self.objective,
-            length=batch_length(rows, enc["max_len"], self.pad_to),
-            pad_id=enc["pad_token_id"],
-            mask_id=enc["mask_token_id"],
-            vocab_size=enc["vocab_size"],
-            seed=self.seed,
-            epoch=self.epoch,
-            masking=self.masking,
+            length=batch_length(rows, self.encoding["max_len"], self.pad_to),
             return_seq_ids=self.return_seq_ids,
+            **self._draws(),
         )
         return {k: torch.from_numpy(v) for k, v in out.items()}
+
+    def _draws(self) -> dict[str, Any]:
+        """What both batch builders take besides the rows, the objective and the length."""
+        enc = self.encoding
+        return {
+            "pad_id": enc["pad_token_id"],
+            "mask_id": enc["mask_token_id"],
+            "vocab_size": enc["vocab_size"],
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "masking": self.masking,
+        }
 
     def _from_lists(self, rows: Sequence[dict[str, Any]], flag: str | None) -> dict[str, Any]:
         names = ["input_ids", "word_ids", *([flag] if flag else [])]
         cols = {name: _values(rows, name) for name in names}
         seq_ids = _values(rows, "seq_id")
-        enc = self.encoding
         longest = max(map(len, cols["input_ids"]))
         try:
             out = make_batch_from_lists(
@@ -382,13 +387,8 @@ class PrivacyMaskingCollator:
                 cols["word_ids"],
                 cols[flag] if flag else None,
                 self.objective,
-                length=padded_length(longest, enc["max_len"], self.pad_to),
-                pad_id=enc["pad_token_id"],
-                mask_id=enc["mask_token_id"],
-                vocab_size=enc["vocab_size"],
-                seed=self.seed,
-                epoch=self.epoch,
-                masking=self.masking,
+                length=padded_length(longest, self.encoding["max_len"], self.pad_to),
+                **self._draws(),
             )
         except (TypeError, OverflowError):
             raise InputError(

@@ -157,6 +157,26 @@ def hidden_positions(rows: pa.RecordBatch, flag: str, length: int) -> tuple[np.n
     return row[hide], pos[hide]
 
 
+def _sampler_options(
+    objective: Objective, masking: MaskingConfig, mask_id: int | None
+) -> dict[str, Any]:
+    """The mask sampler's settings for ``objective`` under ``masking`` (checked), as
+    ``_core.mask_batch`` and ``_core.mask_rows`` take them."""
+    if not objective.causal and mask_id is None:
+        raise ConfigError(
+            f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
+        )
+    check_masking(objective, masking)
+    return {
+        "causal": objective.causal,
+        "protect": objective.protect,
+        "probability": masking.probability,
+        "replace_mask": 1.0 if masking.mask_only else masking.replace_mask,
+        "replace_random": 0.0 if masking.mask_only else masking.replace_random,
+        "mask_id": 0 if mask_id is None else mask_id,
+    }
+
+
 def make_batch(
     rows: pa.RecordBatch | pa.Table,
     objective: Objective,
@@ -186,15 +206,9 @@ def make_batch(
         rows = rows.combine_chunks().to_batches()[0] if rows.num_rows else None
         if rows is None:
             raise ConfigError("an empty batch")
-    if not objective.causal and mask_id is None:
-        raise ConfigError(
-            f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
-        )
-    check_masking(objective, masking)
+    sampler = _sampler_options(objective, masking, mask_id)
     require_columns(rows.schema, ENCODED_COLUMNS, "encoded batch")
     col = rows.column
-    replace_mask = 1.0 if masking.mask_only else masking.replace_mask
-    replace_random = 0.0 if masking.mask_only else masking.replace_random
     ids, attention, labels = _core.mask_batch(
         col("seq_id"),
         col("input_ids"),
@@ -203,16 +217,11 @@ def make_batch(
         col("direct"),
         col("indirect"),
         length,
-        causal=objective.causal,
-        protect=objective.protect,
-        probability=masking.probability,
-        replace_mask=replace_mask,
-        replace_random=replace_random,
-        mask_id=0 if mask_id is None else mask_id,
         pad_id=pad_id,
         vocab_size=vocab_size,
         seed=seed,
         epoch=epoch,
+        **sampler,
     )
     shape = (rows.num_rows, length)
     # Arrow buffers are read-only; torch wants writable arrays, so take one copy here.
@@ -272,31 +281,19 @@ def make_batch_from_lists(
     dict
         ``input_ids``, ``attention_mask`` and ``labels`` (int64, rows x ``length``).
     """
-    if not objective.causal and mask_id is None:
-        raise ConfigError(
-            f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
-        )
-    check_masking(objective, masking)
     if masking.hide_protected_input:
         raise ConfigError("make_batch_from_lists does not hide protected input; use make_batch")
-    replace_mask = 1.0 if masking.mask_only else masking.replace_mask
-    replace_random = 0.0 if masking.mask_only else masking.replace_random
     out = _core.mask_rows(
         seq_ids,
         input_ids,
         word_ids,
         flags,
         length,
-        causal=objective.causal,
-        protect=objective.protect,
-        probability=masking.probability,
-        replace_mask=replace_mask,
-        replace_random=replace_random,
-        mask_id=0 if mask_id is None else mask_id,
         pad_id=pad_id,
         vocab_size=vocab_size,
         seed=seed,
         epoch=epoch,
+        **_sampler_options(objective, masking, mask_id),
     )
     shape = (len(seq_ids), length)
     names = ("input_ids", "attention_mask", "labels")

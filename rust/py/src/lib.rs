@@ -411,20 +411,15 @@ fn mask_batch<'py>(
     epoch: u64,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
-    let protect = parse_protect(protect).map_err(|e| to_py_err(py, e))?;
-    let cfg = MaskConfig {
+    let cfg = mask_config(
+        py,
         causal,
         protect,
         probability,
-        replace_mask,
-        replace_random,
-        mask_id,
-        pad_id,
-        vocab_size,
-        seed,
-        epoch,
-    };
-    cfg.validate().map_err(|e| to_py_err(py, e))?;
+        [replace_mask, replace_random],
+        [mask_id, pad_id, vocab_size],
+        [seed, epoch],
+    )?;
     let (seq_ids, _) = seq_ids.into_inner();
     let seq_ids = seq_ids.as_primitive_opt::<UInt64Type>().ok_or_else(|| {
         bad(format!(
@@ -615,18 +610,45 @@ fn find_placeholders<'py>(py: Python<'py>, texts: PyArray) -> PyResult<Bound<'py
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
-fn parse_protect(protect: &str) -> phisieve_core::Result<Protect> {
-    Ok(match protect {
+/// The sampler's settings, checked: `replace` is (mask, random), `ids` (mask, pad,
+/// vocabulary size), `draws` (seed, epoch).
+fn mask_config(
+    py: Python<'_>,
+    causal: bool,
+    protect: &str,
+    probability: f64,
+    replace: [f64; 2],
+    ids: [u32; 3],
+    draws: [u64; 2],
+) -> PyResult<MaskConfig> {
+    let protect = match protect {
         "nothing" => Protect::Nothing,
         "all" => Protect::All,
         "direct" => Protect::Direct,
         "indirect" => Protect::Indirect,
         other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "unknown protection {other:?}; expected nothing, all, direct or indirect"
-            )))
+            return Err(to_py_err(
+                py,
+                CoreError::InvalidArgument(format!(
+                    "unknown protection {other:?}; expected nothing, all, direct or indirect"
+                )),
+            ))
         }
-    })
+    };
+    let cfg = MaskConfig {
+        causal,
+        protect,
+        probability,
+        replace_mask: replace[0],
+        replace_random: replace[1],
+        mask_id: ids[0],
+        pad_id: ids[1],
+        vocab_size: ids[2],
+        seed: draws[0],
+        epoch: draws[1],
+    };
+    cfg.validate().map_err(|e| to_py_err(py, e))?;
+    Ok(cfg)
 }
 
 /// Append the items of `row` (a Python list) to `out` through `item`, which reads one
@@ -801,20 +823,15 @@ fn mask_rows<'py>(
     epoch: u64,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
-    let protect = parse_protect(protect).map_err(|e| to_py_err(py, e))?;
-    let cfg = MaskConfig {
+    let cfg = mask_config(
+        py,
         causal,
         protect,
         probability,
-        replace_mask,
-        replace_random,
-        mask_id,
-        pad_id,
-        vocab_size,
-        seed,
-        epoch,
-    };
-    cfg.validate().map_err(|e| to_py_err(py, e))?;
+        [replace_mask, replace_random],
+        [mask_id, pad_id, vocab_size],
+        [seed, epoch],
+    )?;
     let rows = seq_ids.len();
     for (list, name) in [(input_ids, "input_ids"), (word_ids, "word_ids")]
         .into_iter()
@@ -827,7 +844,7 @@ fn mask_rows<'py>(
             )));
         }
     }
-    if protect != Protect::Nothing && flags.is_none() {
+    if cfg.protect != Protect::Nothing && flags.is_none() {
         return Err(bad("this protection needs the flags it reads".to_string()));
     }
     let size = rows
