@@ -10,6 +10,8 @@ own, imports excluded from the time):
 * ``index``   ``phisieve index docs --k 2 --spans spans``
 * ``encode``  ``phisieve encode docs --tokenizer MiniLM --terms terms --spans spans``
 * ``mask``    one epoch of ``MaskedBatches`` (PPMLM, batches of 32, no workers)
+* ``fragment`` ``phisieve fragment docs --terms terms --spans spans --workers 2`` (spaCy),
+  only up to ``--fragment-max`` words (the parser runs at ~100 notes/s on 2 cores)
 
 and, at each size up to ``--anchor-max`` tokens, the anchors in the same run: the polars
 expression index (n = 1), the bare fast tokenizer's ``encode_batch`` on the same text,
@@ -20,6 +22,12 @@ It prints a table, the slope of log time against log size between the two larges
 (1.0 = linear), a projection to MIMIC-III (2.08M notes, about 1B words) from the largest size
 at that slope (or linearly, when the slope is below 1), on this machine, and writes
 ``suite.json``, ``suite.md`` and ``suite.png`` (log-log) to ``--out``.
+
+Each stage's CPU time (its process and its worker processes, user + system) is recorded
+too. The projections to one core and to 16 cores scale the CPU time at the same slope; the
+16-core one assumes the work spreads over 16 workers with no loss (the map stages split by
+patient on the Ray engine, the index's threads split by word): an upper bound on the speed,
+not a measurement.
 
     make bench                                               # 1M and 10M words (laptop size)
     python benches/suite.py --tokens 1M,10M,100M --stages ingest,detect,index,encode,mask
@@ -39,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-STAGES = ["ingest", "detect", "index", "encode", "mask"]
+STAGES = ["ingest", "detect", "index", "encode", "mask", "fragment"]
 ANCHORS = {"index": "polars", "encode": "tokenizer", "mask": "transformers", "detect": "presidio"}
 MIMIC_WORDS = 1.0e9
 """MIMIC-III NOTEEVENTS: 2,083,180 notes, about a billion words."""
@@ -155,6 +163,9 @@ def child(what: str, work: Path) -> None:
                                "--max-len", "512", "--out", str(work / "enc"),
                                "--overwrite", "-q"]),
         "mask": lambda: run_mask(work),
+        "fragment": lambda: cli(["fragment", str(work / "docs"), "--terms", str(work / "terms"),
+                                 "--spans", str(work / "spans"), "--workers", "2",
+                                 "--out", str(work / "frags"), "--overwrite", "-q"]),
         "polars": lambda: anchor_polars(work),
         "tokenizer": lambda: anchor_tokenizer(work),
         "transformers": lambda: anchor_transformers(work),
@@ -164,10 +175,18 @@ def child(what: str, work: Path) -> None:
         import transformers  # noqa: F401
     if what == "presidio":
         import presidio_analyzer  # noqa: F401
+    r0, k0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = r0.ru_utime + r0.ru_stime + k0.ru_utime + k0.ru_stime
     start = time.perf_counter()
     out = commands[what]() or {}
     out["seconds"] = time.perf_counter() - start
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    out["peak_rss_mib"] = own.ru_maxrss / 1024
+    out["peak_rss_workers_mib"] = kids.ru_maxrss / 1024  # the largest worker process's
+    out["cpu_seconds"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime - cpu0
     print(json.dumps(out))
 
 
@@ -234,11 +253,16 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--tokens", default="1M,10M", help="corpus sizes in words, e.g. 1M,10M,100M")
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--anchor-max", default="10M", help="largest size the anchors run at")
+    p.add_argument("--fragment-max", default="10M", help="largest size fragment runs at")
     p.add_argument("--root", type=Path, default=Path("/tmp/phisieve-suite"))
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "suite")
     p.add_argument("--child")
@@ -252,7 +276,7 @@ def main() -> None:
 
     sizes = sorted(size(t) for t in args.tokens.split(","))
     stages = [s for s in STAGES if s in args.stages.split(",")]
-    anchor_max = size(args.anchor_max)
+    anchor_max, fragment_max = size(args.anchor_max), size(args.fragment_max)
     machine = (
         f"{platform.node()}: {os.cpu_count()} cores, {platform.machine()}, Python "
         f"{platform.python_version()}, phisieve {phisieve.__version__}"
@@ -261,7 +285,8 @@ def main() -> None:
                      "sizes": [], "stages": {}, "anchors": {}}  # fmt: skip
     needs = {"detect": ["ingest"], "index": ["ingest", "detect"],
              "encode": ["ingest", "detect", "index"], "mask": ["ingest", "detect", "index",
-                                                                "encode"]}  # fmt: skip
+                                                                "encode"],
+             "fragment": ["ingest", "detect", "index"]}  # fmt: skip
     run_list = [s for s in STAGES if s in stages or any(s in needs.get(t, []) for t in stages)]
     started = time.perf_counter()
     for words in sizes:
@@ -270,11 +295,14 @@ def main() -> None:
         print(f"{meta['words']:,} words, {meta['notes']:,} notes, {meta['patients']:,} patients",
               flush=True)  # fmt: skip
         for stage in run_list:
+            if stage == "fragment" and words > fragment_max:
+                continue
             r = measure(stage, work)
             r["words"] = meta["words"]
             if stage in stages:
                 results["stages"].setdefault(stage, []).append(r)
-            print(f"  {stage:<8} {r['seconds']:8.2f} s  {r['peak_rss_mib']:7.0f} MiB", flush=True)
+            print(f"  {stage:<8} {r['seconds']:8.2f} s  {r['peak_rss_mib']:7.0f} MiB  "
+                  f"{r['cpu_seconds']:8.2f} s CPU", flush=True)  # fmt: skip
             anchor = ANCHORS.get(stage)
             if stage in stages and anchor and words <= anchor_max:
                 a = measure(anchor, work)
@@ -288,10 +316,12 @@ def main() -> None:
     results["total_seconds"] = time.perf_counter() - started
 
     heads = [f"{s['words'] / 1e6:.1f}M words" for s in results["sizes"]]
-    heads += ["slope", "peak RSS growth", "anchor (largest anchored size)", "projection to 1B"]
+    heads += ["slope", "peak RSS growth", "anchor (largest anchored size)",
+              "1B words here", "1B words, 1 core", "1B words, 16 cores"]  # fmt: skip
     lines = [f"Machine: {machine}", "", f"Command: `{results['command']}`", "",
              "| stage | " + " | ".join(heads) + " |",
              "|---|" + "---:|" * len(heads)]  # fmt: skip
+    projected: dict[str, tuple[float, float, float]] = {}
     for stage, rows in results["stages"].items():
         xs = [r["words"] for r in rows]
         ys = [r["seconds"] for r in rows]
@@ -299,6 +329,7 @@ def main() -> None:
         rss = rows[-1]["peak_rss_mib"] / rows[-2]["peak_rss_mib"] if len(rows) > 1 else None
         cells = [f"{r['seconds']:.2f} s / {r['words'] / r['seconds'] / 1e6:.2f} Mw/s / "
                  f"{r['peak_rss_mib']:.0f} MiB" for r in rows]  # fmt: skip
+        cells += ["—"] * (len(results["sizes"]) - len(cells))  # sizes a stage skipped
         anchor = results["anchors"].get(stage)
         a_cell = "—"
         if anchor:
@@ -307,12 +338,21 @@ def main() -> None:
             a_cell = f"{ANCHORS[stage]} {a['seconds']:.2f} s: phisieve {ratio:.2f}×"
         # From the largest size at its slope, never below linear: fixed costs flatten the
         # slope at small sizes, and a projection must not promise less than linear.
-        t = ys[-1] * (MIMIC_WORDS / xs[-1]) ** max(s if s is not None else 1.0, 1.0)
-        proj = f"{t / 60:.0f} min"
+        grow = (MIMIC_WORDS / xs[-1]) ** max(s if s is not None else 1.0, 1.0)
+        t, cpu = ys[-1] * grow, rows[-1]["cpu_seconds"] * grow
+        projected[stage] = (t, cpu, cpu / 16)
         s_cell = f"{s:.2f}" if s is not None else "—"
         rss_cell = f"{rss:.2f}×" if rss else "—"
-        row = [stage, *cells, s_cell, rss_cell, a_cell, proj]
+        row = [stage, *cells, s_cell, rss_cell, a_cell,
+               *(_minutes(v) for v in projected[stage])]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
+    chain = [st for st in ("ingest", "detect", "index", "encode") if st in projected]
+    if chain:
+        total = [sum(projected[st][i] for st in chain) for i in range(3)]
+        lines.append("")
+        lines.append(f"{' → '.join(chain)} for 1B words: {_minutes(total[0])} here, "
+                     f"{_minutes(total[1])} on one core, {_minutes(total[2])} on 16 cores "
+                     "(CPU time / 16: perfect spreading assumed).")  # fmt: skip
     table = "\n".join(lines)
     print()
     print(table)

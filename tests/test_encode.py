@@ -187,6 +187,44 @@ def test_packing_carries_patients_across_batches_and_keeps_the_short_tail(minilm
     assert out.filter(pc.equal(out["patient_id"], "c"))["doc_ids"].to_pylist() == [["d5", "d6"]]
 
 
+def test_patient_span_words_reach_every_document_of_the_patient_whatever_the_batches(minilm):
+    """A word inside a span of a patient's *last* document protects the same word in the
+    patient's earlier documents, in other batches (they are held back until the patient
+    ends), and nowhere in another patient's; every batch size gives the same output."""
+    from phisieve.encode import encode_batches
+    from phisieve.io.sources import open_source
+    from phisieve.protection.scope import DocSpans
+
+    docs = pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(6)],
+            "patient_id": ["a", "a", "a", "b", "b", "c"],
+            "text": ["Seen by Dupont today", "stable", "Dr Dupont called", "Dupont again",
+                     "fine", "Dupont"],
+        }
+    )  # fmt: skip
+    spans = DocSpans.from_dict({"d2": ([3], [9])})  # "Dupont" in a's last note
+    tok = load_tokenizer(minilm)
+    dupont = set(tok.encode("Dupont", add_special_tokens=False))
+    outs = []
+    for batch in (1, 2, 3, 4, 100):
+        got = encode_batches(open_source(docs, batch), tok, spans=spans, patient_scope=True,
+                             max_len=64)  # fmt: skip
+        outs.append(pa.Table.from_batches(list(got)))
+    assert all(o.equals(outs[0]) for o in outs)
+    out = outs[0]
+    for p, ids, direct in zip(*(out[c].to_pylist() for c in ("patient_id", "input_ids",
+                                                              "direct")), strict=True):  # fmt: skip
+        flagged = {i for i, d in zip(ids, direct, strict=True) if d}
+        if p == "a":
+            assert flagged == dupont and sum(direct) == 2 * len(dupont)
+        else:
+            assert not flagged
+    alone = encode_batches(open_source(docs, 2), tok, spans=spans, max_len=64)
+    a = pa.Table.from_batches(list(alone)).filter(pc.equal(pc.field("patient_id"), "a"))
+    assert sum(map(sum, a["direct"].to_pylist())) == len(dupont)  # the span's own words
+
+
 def test_bad_input_is_a_clear_error(minilm, tmp_path):
     docs = pa.table({"doc_id": ["d"], "patient_id": ["p"], "txt": ["secret words"]})
     with pytest.raises(InputError, match="text") as e:

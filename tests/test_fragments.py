@@ -262,7 +262,7 @@ def test_filtered_physionet_fragments_hold_no_protected_word(
     docs = _read(physionet_docs)
     text = dict(zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist(), strict=True))
     inside: set[str] = set()
-    for doc, (s, e) in spans.by_doc.items():
+    for doc, (s, e) in spans.items():
         words = tokenize([text[doc]])
         cols = (words.column(c)[0].as_py() for c in ("starts", "ends", "words"))
         for ws, we, w in zip(*cols, strict=True):

@@ -199,5 +199,61 @@ def test_span_overlap_equals_the_numpy_reference(case):
     from tests.reference import span_overlap
 
     by_doc, docs, starts, ends, counts = case
-    got = DocSpans(by_doc).overlap(docs, starts, ends, counts)
+    got = DocSpans.from_dict(by_doc).overlap(docs, starts, ends, counts)
     assert got.tolist() == span_overlap(by_doc, docs, starts, ends, counts).tolist()
+
+
+@st.composite
+def span_rows(draw):
+    """Rows of (doc id, spans): ids repeat, spans overlap, touch, nest or are empty."""
+    rows = []
+    for _ in range(draw(st.integers(0, 8))):
+        doc = f"d{draw(st.integers(0, 4))}"
+        spans = [
+            (a, a + draw(st.integers(-1, 7)))
+            for a in draw(st.lists(st.integers(0, 30), max_size=5))
+        ]
+        rows.append((doc, spans))
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=span_rows())
+def test_doc_spans_merge_each_documents_spans_as_merged_spans_does(rows):
+    """The vectorised merge (one running maximum over all documents) equals the per-document
+    reference, rows of the same document united, empty spans dropped."""
+    table = pa.table(
+        {
+            "doc_id": [d for d, _ in rows],
+            "spans": [[{"start": a, "end": b} for a, b in sp] for _, sp in rows],
+        },
+        schema=pa.schema([("doc_id", pa.string()),
+                          ("spans", pa.list_(pa.struct([("start", pa.int64()),
+                                                        ("end", pa.int64())])))]),
+    )  # fmt: skip
+    union: dict[str, list[dict]] = {}
+    for d, sp in rows:
+        union.setdefault(d, []).extend({"start": a, "end": b} for a, b in sp)
+    want = {d: merged_spans(sp) for d, sp in union.items()}
+    want = {d: (s.tolist(), e.tolist()) for d, (s, e) in want.items() if len(s)}
+    got = {d: (s.tolist(), e.tolist()) for d, (s, e) in DocSpans.read(table).items()}
+    assert got == want
+    ids = [f"d{i}" for i in range(6)]
+    rows_of = DocSpans.read(table).find(ids)
+    assert [r >= 0 for r in rows_of.tolist()] == [d in want for d in ids]
+
+
+def test_doc_spans_find_checks_the_id_when_hashes_collide(monkeypatch):
+    """Every id hashing alike: a lookup still returns the row of the very id, or -1."""
+    from phisieve.protection import scope
+
+    spans = DocSpans.from_dict({"a": ([0], [2]), "b": ([1], [3]), "c": ([5], [9])})
+    monkeypatch.setattr(scope, "_hashes", lambda ids: np.zeros(len(ids), np.uint64))
+    collided = DocSpans(spans.docs, spans.offsets, spans.starts, spans.ends)
+    rows = collided.find(["c", "x", "a", "b", None])
+    assert [collided.docs[int(r)].as_py() if r >= 0 else None for r in rows] == [
+        "c", None, "a", "b", None
+    ]  # fmt: skip
+    got = collided.overlap(["b", "x", "c"], np.array([0, 2, 0, 8]), np.array([1, 3, 1, 9]),
+                           np.array([2, 1, 1]))  # fmt: skip
+    assert got.tolist() == [False, True, False, True]

@@ -355,7 +355,7 @@ def _inversion(
     candidates: int,
     seed: int,
 ) -> dict[str, Any]:
-    from ..protection.scope import read_spans
+    from ..io.sources import read_spans
     from .inversion import NAME_LABELS, Inverter, slot_sample
 
     files = dataset_files(docs)

@@ -37,7 +37,6 @@ from ..protection.scope import (
     DocSpans,
     align_ranges,
     check_scope,
-    collect_span_words,
 )
 from ..term_index.build import terms_options
 from .numbering import SequenceOffsets, count_sequences
@@ -75,11 +74,14 @@ def _word_flags(
     marker: Any,
     policy: str,
     direct_terms: pa.Array,
-    direct_keys: pa.Array,
+    patient_scope: bool,
     spans: DocSpans | None,
 ) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
     """phisieve's words of each text, their count per text, and per word (flat) each reason
-    of :data:`~phisieve.protection.scope.REASONS` that protects it."""
+    of :data:`~phisieve.protection.scope.REASONS` that protects it. With ``patient_scope``,
+    the words inside a patient's spans protect the same words in all the patient's texts:
+    every document of each patient must be in ``texts`` (:class:`Encoder` holds a patient's
+    documents back until the next patient starts)."""
     toks = _core.tokenize(texts, normalize=normalize)
     words = toks.column("words")
     counts = pc.list_value_length(words).to_numpy(zero_copy_only=False)
@@ -89,16 +91,14 @@ def _word_flags(
     else:
         indirect = np.zeros(len(flat), bool)
     corpus = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
-    patient = np.zeros(len(flat), bool)
-    if len(direct_keys):
-        owners = np.repeat(np.array(patients, dtype=object), counts)
-        keys = pc.binary_join_element_wise(pa.array(owners, pa.string()), flat, "\x00")
-        patient = pc.is_in(keys, value_set=direct_keys).to_numpy(zero_copy_only=False)
     span = np.zeros(len(flat), bool)
     if spans is not None:
         span = spans.overlap(
             doc_ids, _flat(toks.column("starts")), _flat(toks.column("ends")), counts
         )
+    patient = np.zeros(len(flat), bool)
+    if patient_scope and span.any():
+        patient = _same_patient_words(patients, counts, flat, span)
     # Propagation counts beyond the spans: a word inside a span is protected in place.
     flags = {
         "span": span,
@@ -109,14 +109,20 @@ def _word_flags(
     return toks, counts, flags
 
 
-def patient_span_words(
-    piece: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
-) -> dict[str, set[str]]:
-    """Per patient, the words of the direct spans in ``piece`` (documents): the pass before
-    encoding, which the engine may run on pieces of the corpus (a patient's words are the
-    union of the pieces')."""
-    src = open_source(piece)
-    return collect_span_words(src, spans, doc_col, patient_col, text_col, normalize).patient_words()
+def _same_patient_words(
+    patients: list[str], counts: np.ndarray, words: pa.Array, inside: np.ndarray
+) -> np.ndarray:
+    """Per word (flat, ``counts[i]`` of them in text ``i`` of patient ``patients[i]``,
+    patients consecutive), whether the same patient has the same word inside a span
+    (``inside``): keys (patient number, word number) looked up in the set of the inside
+    ones."""
+    new = np.ones(len(patients), bool)
+    new[1:] = np.array(patients[1:], dtype=object) != np.array(patients[:-1], dtype=object)
+    owner = np.repeat(np.cumsum(new) - 1, counts).astype(np.int64)
+    codes = pc.dictionary_encode(words).indices.to_numpy(zero_copy_only=False)
+    keys = owner * (int(codes.max(initial=0)) + 1) + codes
+    found = pa.array(np.unique(keys[inside]))
+    return pc.is_in(pa.array(keys), value_set=found).to_numpy(zero_copy_only=False)
 
 
 def resolve_options(
@@ -164,8 +170,10 @@ class Encoder:
     """The batch function of ``encode``: documents -> ``encoded`` rows, with per-token
     protection flags, packed per patient (see :func:`phisieve.encode.encode`).
 
-    ``spans`` protects the words of direct spans in place, ``direct_words`` (patient ->
-    normalised words) the same words in all the patient's documents. With ``gold`` spans,
+    ``spans`` protects the words of direct spans in place and, with ``patient_scope``, the
+    same (normalised) words in all the patient's documents: a patient's documents are then
+    held back until the next patient starts (or :meth:`flush`), so that all its span words
+    are known before any of its documents is encoded. With ``gold`` spans,
     :attr:`stats` also counts the word tokens inside them (``gold_tokens``) and how many are
     protected, in all and by reason (``gold_protected``, ``gold_<reason>``).
 
@@ -181,7 +189,7 @@ class Encoder:
         *,
         terms: pa.Table | None = None,
         spans: DocSpans | None = None,
-        direct_words: dict[str, set[str]] | None = None,
+        patient_scope: bool = False,
         max_len: int = 512,
         ngram: int = 1,
         policy: str = "all",
@@ -218,10 +226,9 @@ class Encoder:
             self._marker_terms = string_array(usable.filter(pc.field("indirect")).column("term"))
             self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
             self.direct_terms = string_array(terms.filter(pc.field("direct")).column("term"))
-        words = direct_words or {}
-        self.direct_keys = pa.array(
-            [f"{p}\x00{w}" for p, ws in words.items() for w in ws], pa.string()
-        )
+        self.patient_scope = patient_scope and spans is not None
+        self._held: list[pa.RecordBatch] = []
+        self._held_patient: str | None = None
         keys = ["documents", "sequences", "tokens", "protected", "direct", "indirect", "words"]
         keys += ["dropped_tokens"]  # tokens of word-less pieces, which make no sequence
         keys += [f"{p}_{r}" for p in ("by", "only") for r in REASONS]
@@ -237,7 +244,6 @@ class Encoder:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """The sequences a batch of documents (``doc_id``, ``patient_id``, ``text``, in this
         order) completes."""
-        stats = self.stats
         if batch.num_rows == 0:
             return None
         doc_ids = string_array(batch.column(0))
@@ -248,9 +254,33 @@ class Encoder:
                 row = self.row + int(pc.index(pc.is_null(col), True).as_py())
                 raise InputError(f"{name} is null", path=self.where, row=row, column=name)
         patient_list = patients.to_pylist()
-        doc_list = doc_ids.to_pylist()
         self._check_grouped(patient_list, batch.schema.names[1])
         self.row += batch.num_rows
+        if not self.patient_scope:
+            self._encode(batch)
+            return self._take()
+        # Hold back the last patient's documents: the next batch may carry more of them.
+        last, cut = patient_list[-1], len(patient_list)
+        while cut and patient_list[cut - 1] == last:
+            cut -= 1
+        if not cut and self._held and self._held_patient == last:
+            self._held.append(batch)
+            return None
+        ready = [*self._held, batch.slice(0, cut)] if cut else self._held
+        self._held, self._held_patient = [batch.slice(cut)], last
+        if ready:
+            self._encode(_concat(ready))
+        return self._take()
+
+    def _encode(self, batch: pa.RecordBatch) -> None:
+        """Encode documents (every document of their patients, except perhaps the last
+        patient's when patients are not in scope) into the packer."""
+        stats = self.stats
+        doc_ids = string_array(batch.column(0))
+        patients = string_array(batch.column(1))
+        texts = batch.column(2)
+        patient_list = patients.to_pylist()
+        doc_list = doc_ids.to_pylist()
         flags = functools.partial(
             _word_flags,
             doc_ids=doc_list,
@@ -259,7 +289,7 @@ class Encoder:
             marker=self.marker,
             policy=self.policy,
             direct_terms=self.direct_terms,
-            direct_keys=self.direct_keys,
+            patient_scope=self.patient_scope,
         )
         toks, counts, reasons = flags(texts, spans=self.spans)
         if self.pseudonymize:
@@ -305,16 +335,13 @@ class Encoder:
             pa.array(tok_direct),
             pa.array(tok_indirect),
         )
-        if patient_list:
-            self.last_patient = patient_list[-1]
         stats["documents"] += batch.num_rows
         stats["words"] += int(counts.sum())
-        return self._take()
 
     def __getstate__(self) -> dict[str, Any]:
         # The Rust marker does not pickle: it is made again from its terms (an encoder is
         # sent to each worker of a cluster).
-        if not self.packer.is_empty():
+        if not self.packer.is_empty() or self._held:
             raise PhisieveError("an encoder holding unfinished sequences cannot be pickled")
         state = dict(self.__dict__)
         state["marker"] = None
@@ -339,6 +366,7 @@ class Encoder:
         document (for one partition of the corpus)."""
         new = copy.copy(self)
         new.packer = self.packer.fresh()
+        new._held = []
         new.stats = dict.fromkeys(self.stats, 0)
         new.last_patient, new.finished, new.row = None, set(), 0
         new._seq_patient, new._seq_next = None, 0
@@ -362,6 +390,7 @@ class Encoder:
             if last is not None:
                 self.finished.add(last)
             last = patient
+        self.last_patient = last
 
     def _take(self) -> pa.RecordBatch | None:
         """The finished sequences, each numbered within its patient."""
@@ -380,6 +409,9 @@ class Encoder:
 
     def flush(self) -> pa.RecordBatch | None:
         """The last patient's last sequence."""
+        if self._held:
+            self._encode(_concat(self._held))
+            self._held = []
         self.packer.finish_patient()
         self.stats["dropped_tokens"] += self.packer.dropped_tokens
         self.packer.dropped_tokens = 0
@@ -392,7 +424,7 @@ def encode_batches(
     *,
     terms: pa.Table | None = None,
     spans: DocSpans | None = None,
-    direct_words: dict[str, set[str]] | None = None,
+    patient_scope: bool = False,
     max_len: int = 512,
     ngram: int = 1,
     policy: str = "all",
@@ -415,7 +447,7 @@ def encode_batches(
         tokenizer,
         terms=terms,
         spans=spans,
-        direct_words=direct_words,
+        patient_scope=patient_scope,
         max_len=max_len,
         ngram=ngram,
         policy=policy,
@@ -441,6 +473,13 @@ def encode_batches(
     offsets = SequenceOffsets(counts)
     for b in done:
         yield offsets.number(b)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    schema = batches[0].schema
+    return pa.concat_batches([b if b.schema == schema else b.cast(schema) for b in batches])
 
 
 def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..pipeline.runner import run_stage
 from ..pipeline.stage import PATH, Context, Input, Stage, require
 from ..pipeline.stats import Stats
 from ..protection.scope import DocSpans
-from .batches import Encoder, patient_span_words, protection_report, resolve_options
+from .batches import Encoder, protection_report, resolve_options
 from .numbering import SequenceOffsets, count_sequences
 from .pack import ENCODED
 from .tokenizer import SpecialTokens, load_tokenizer, open_tokenizer
@@ -139,13 +138,13 @@ class EncodeStage(Stage):
     """``phisieve encode``: documents tokenised for a model, with per-token protected,
     direct and indirect flags, packed per patient into sequences.
 
-    Reduce: the tokenizer and the terms loaded, the normalisation and scope resolved, and
-    (unless the scope is ``span``) the words of each patient's direct spans collected over
-    the whole corpus. Map: :class:`~phisieve.encode.batches.Encoder` on each batch of
-    documents (grouped by patient: a patient's documents that come back after another
-    patient's are refused), the last sequence at the end. Then every sequence is numbered
-    corpus-wide (:mod:`phisieve.encode.numbering`): ``seq_id`` depends on the documents
-    alone, never on their order or batching.
+    Reduce: the tokenizer, the terms and the spans loaded, the normalisation and scope
+    resolved. Map: :class:`~phisieve.encode.batches.Encoder` on each batch of documents
+    (grouped by patient: a patient's documents that come back after another patient's are
+    refused; unless the scope is ``span``, each patient's documents are encoded together,
+    once the patient's direct span words are known), the last sequence at the end. Then
+    every sequence is numbered corpus-wide (:mod:`phisieve.encode.numbering`): ``seq_id``
+    depends on the documents alone, never on their order or batching.
     """
 
     name = "encode"
@@ -228,32 +227,11 @@ class EncodeStage(Stage):
         spans, gold = ctx.values.get("spans"), ctx.values.get("gold")
         doc_spans = None if spans is None else DocSpans.read(spans.table(["doc_id", "spans"]))
         gold_spans = None if gold is None else DocSpans.read(gold.table(["doc_id", "spans"]))
-        direct_words = None
-        if doc_spans is not None and direct_scope != "span":
-            # The patients' span words are needed before their documents are encoded: a
-            # one-shot stream is held in memory to be read twice.
-            ctx.hold("docs")
-            direct_words = {}
-            for found in ctx.pieces(
-                "docs",
-                partial(
-                    patient_span_words,
-                    spans=doc_spans,
-                    doc_col=o.doc_col,
-                    patient_col=o.patient_col,
-                    text_col=o.text_col,
-                    normalize=normalize,
-                ),
-                [o.doc_col, o.patient_col, o.text_col],
-                label="span words",
-            ):
-                for patient, words in found.items():
-                    direct_words.setdefault(patient, set()).update(words)
         encoder = Encoder(
             tok,
             terms=term_table,
             spans=doc_spans,
-            direct_words=direct_words,
+            patient_scope=direct_scope != "span",
             max_len=o.max_len,
             ngram=o.ngram,
             policy=o.policy,

@@ -66,7 +66,7 @@ class _Made:
 def _span_words(piece: Any, spans: DocSpans, normalize: str) -> set[str]:
     """The normalised words inside the spans of ``piece``'s documents."""
     src = open_source(piece)
-    return set(collect_span_words(src, spans, "doc_id", "patient_id", "text", normalize).in_span)
+    return set(collect_span_words(src, spans, "doc_id", "text", normalize).in_span)
 
 
 def _patients(piece: Any, normalize: str) -> dict[str, int]:

@@ -256,7 +256,9 @@ def second_pass(
                 out.write_batch(piece.cast(schema) if piece.schema != schema else piece)
 
     def read() -> Iterator[pa.RecordBatch]:
-        with pa.memory_map(str(spill)) as src:
+        # Read, not memory-mapped: mapped pages stay resident (and in the peak RSS) as long
+        # as the map is open, which would hold the whole output in memory.
+        with pa.OSFile(str(spill), "rb") as src:
             yield from pa.ipc.open_stream(src)
 
     try:

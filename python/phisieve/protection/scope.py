@@ -33,7 +33,8 @@ the words' counts, so that merged indexes (whose counts add) mark the same words
 from __future__ import annotations
 
 import functools
-from collections import Counter, defaultdict
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ import pyarrow.compute as pc
 
 from .. import _core
 from ..errors import ConfigError
-from ..io.sources import read_spans, string_array
+from ..io.sources import spans_batches, string_array
 
 SCOPES = ("span", "patient", "identifying", "corpus")
 """The direct-identifier scopes, from the narrowest to the widest."""
@@ -106,53 +107,180 @@ def align_ranges(
     )
 
 
-@dataclass
 class DocSpans:
-    """Spans by document id, each document's merged into sorted, disjoint ranges."""
+    """Spans by document id, each document's merged into sorted, disjoint ranges.
 
-    by_doc: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    Held as flat arrays: the ids (``docs``, one Arrow string per document that has a span),
+    per document an offset into the merged ``starts`` and ``ends``, and the ids' 64-bit hashes
+    (:func:`phisieve._core.id_hashes`) sorted for lookup, a hit checked against the id itself.
+    About 40 bytes per document and 16 per span (a dict of numpy arrays took some 500 per
+    document), and a lookup costs a sorted search, whatever the number of documents.
+    """
+
+    def __init__(
+        self, docs: pa.Array, offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
+        self.docs = docs
+        self.offsets, self.starts, self.ends = offsets, starts, ends
+        hashes = _hashes(docs)
+        self._order = np.argsort(hashes, kind="stable")
+        self._hashes = hashes[self._order]
+
+    @classmethod
+    def empty(cls) -> DocSpans:
+        """No span."""
+        zero = np.zeros(0, np.int64)
+        return cls(pa.array([], pa.string()), np.zeros(1, np.int64), zero, zero)
 
     @classmethod
     def read(cls, path: Any) -> DocSpans:
-        """From a ``spans`` dataset folder or file, or a ``spans`` table."""
-        table = path if isinstance(path, pa.Table) else read_spans(path)
-        out = cls()
-        for doc, sp in zip(
-            table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
-        ):
-            if doc is None or not sp:
-                continue
-            s, e = merged_spans(sp)
-            if str(doc) in out.by_doc:  # the same document in two rows: unite them
-                s0, e0 = out.by_doc[str(doc)]
-                s, e = merged_spans(
-                    [{"start": a, "end": b} for a, b in zip([*s0, *s], [*e0, *e], strict=True)]
-                )
-            out.by_doc[str(doc)] = (s, e)
-        return out
+        """From a ``spans`` dataset folder or file, or a ``spans`` table (``doc_id``,
+        ``spans``: lists of ``start``, ``end``...), read batch by batch. A document in several
+        rows has their spans united; empty spans (``end <= start``) and null ids are
+        dropped."""
+        if isinstance(path, pa.Table):
+            batches: Iterable[pa.RecordBatch] = path.select(["doc_id", "spans"]).to_batches()
+        else:
+            batches = spans_batches(path)
+        docs, counts, starts, ends = [], [], [], []
+        for b in batches:
+            doc, sp = b.column(0), b.column(1)
+            if doc.null_count:
+                keep = pc.is_valid(doc)
+                doc, sp = doc.filter(keep), sp.filter(keep)
+            n = pc.fill_null(pc.list_value_length(sp), 0).to_numpy(zero_copy_only=False)
+            flat = pc.list_flatten(sp)
+            docs.append(string_array(doc))
+            counts.append(n.astype(np.int64))
+            starts.append(_ints(flat.field("start")))
+            ends.append(_ints(flat.field("end")))
+        if not docs:
+            return cls.empty()
+        ids = pa.chunked_array(docs, pa.string()).combine_chunks()
+        return cls.from_spans(ids, np.concatenate(counts), np.concatenate(starts),
+                              np.concatenate(ends))  # fmt: skip
+
+    @classmethod
+    def from_spans(
+        cls, docs: pa.Array, counts: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> DocSpans:
+        """From rows of documents: row ``i`` gives ``counts[i]`` spans (flat ``starts``,
+        ``ends``) of document ``docs[i]``; ids may repeat (their spans are united)."""
+        encoded = pc.dictionary_encode(string_array(docs))
+        codes = np.repeat(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), counts)
+        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        keep = ends > starts
+        codes, starts, ends = codes[keep], starts[keep], ends[keep]
+        if not len(codes):
+            return cls.empty()
+        order = np.lexsort((starts, codes))
+        codes, starts, ends = codes[order], starts[order], ends[order]
+        # Merge within each document with one running maximum over the whole array: each
+        # document's offsets are shifted past the previous document's largest end.
+        width = int(ends.max()) + 1
+        if len(encoded.dictionary) * width >= 2**62:  # pragma: no cover - 2^31 docs of 2 GB
+            raise ConfigError("too many or too long documents to merge their spans")
+        base = codes * width
+        reach = np.maximum.accumulate(base + ends)
+        new = np.ones(len(codes), bool)
+        new[1:] = base[1:] + starts[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, len(codes) - 1]
+        owner = codes[first]
+        used, per_doc = np.unique(owner, return_counts=True)
+        offsets = np.zeros(len(used) + 1, np.int64)
+        np.cumsum(per_doc, out=offsets[1:])
+        return cls(
+            encoded.dictionary.take(pa.array(used)),
+            offsets,
+            starts[first],
+            reach[last] - base[last],
+        )
+
+    @classmethod
+    def from_dict(cls, by_doc: dict[str, tuple[Any, Any]]) -> DocSpans:
+        """From ``{doc_id: (starts, ends)}``."""
+        docs = list(by_doc)
+        counts = np.array([len(by_doc[d][0]) for d in docs], np.int64)
+        flat = [np.asarray(by_doc[d][i], np.int64).ravel() for d in docs for i in (0, 1)]
+        starts = np.concatenate([np.zeros(0, np.int64), *flat[0::2]])
+        ends = np.concatenate([np.zeros(0, np.int64), *flat[1::2]])
+        return cls.from_spans(pa.array(docs, pa.string()), counts, starts, ends)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def items(self) -> Iterator[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+        """``(doc_id, (starts, ends))`` for every document with a span."""
+        for i, doc in enumerate(self.docs.to_pylist()):
+            a, b = self.offsets[i], self.offsets[i + 1]
+            yield doc, (self.starts[a:b], self.ends[a:b])
+
+    def find(self, doc_ids: pa.Array | list[str]) -> np.ndarray:
+        """The row of each id in :attr:`docs` (int64, -1 when it has no span)."""
+        given = isinstance(doc_ids, (pa.Array, pa.ChunkedArray))
+        ids = string_array(doc_ids if given else pa.array(doc_ids, pa.string()))
+        rows = np.full(len(ids), -1, np.int64)
+        if not len(self.docs) or not len(ids):
+            return rows
+        q = _hashes(ids)
+        at = np.minimum(np.searchsorted(self._hashes, q), len(self._hashes) - 1)
+        hit = np.flatnonzero(self._hashes[at] == q)
+        if not len(hit):
+            return rows
+        rows[hit] = self._order[at[hit]]
+        same = pc.equal(self.docs.take(pa.array(rows[hit])), ids.take(pa.array(hit)))
+        for i in hit[~pc.fill_null(same, False).to_numpy(zero_copy_only=False)]:
+            rows[i] = self._search(ids[i].as_py(), q[i])  # hashes collide: check them all
+        return rows
+
+    def _search(self, doc: str | None, h: np.uint64) -> int:
+        lo = int(np.searchsorted(self._hashes, h, side="left"))
+        hi = int(np.searchsorted(self._hashes, h, side="right"))
+        for j in range(lo, hi):
+            row = int(self._order[j])
+            if self.docs[row].as_py() == doc:
+                return row
+        return -1
 
     def overlap(
-        self, doc_ids: list[str], starts: np.ndarray, ends: np.ndarray, counts: np.ndarray
+        self,
+        doc_ids: pa.Array | list[str],
+        starts: np.ndarray,
+        ends: np.ndarray,
+        counts: np.ndarray,
     ) -> np.ndarray:
         """For ranges ``[starts, ends)`` (flat, ``counts[i]`` of them for document
         ``doc_ids[i]``, offsets local to each document), whether each overlaps a span of its
         document (``_core.align_tokens``: the ranges against each document's merged spans)."""
-        n = int(counts.sum())
-        if n == 0 or not self.by_doc:
+        n = int(np.sum(counts))
+        if n == 0 or not len(self.docs):
             return np.zeros(n, bool)
-        span_s, span_e = [], []
-        per_doc = np.zeros(len(doc_ids), np.int64)
-        for i, doc in enumerate(doc_ids):
-            sp = self.by_doc.get(doc)
-            if sp is not None:
-                span_s.append(sp[0])
-                span_e.append(sp[1])
-                per_doc[i] = len(sp[0])
-        if not span_s:
+        rows = self.find(doc_ids)
+        has = rows >= 0
+        if not has.any():
             return np.zeros(n, bool)
-        ss, se = np.concatenate(span_s), np.concatenate(span_e)
-        _, (inside,) = align_ranges(starts, ends, counts, ss, se, per_doc, [np.ones(len(ss), bool)])
+        per_doc = np.where(has, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)
+        total = int(per_doc.sum())
+        # The spans of each document in turn: its first span's index, then consecutive.
+        first = np.repeat(self.offsets[rows[has]], per_doc[has])
+        before = np.repeat(np.cumsum(per_doc[has]) - per_doc[has], per_doc[has])
+        take = first + np.arange(total) - before
+        _, (inside,) = align_ranges(
+            starts, ends, counts, self.starts[take], self.ends[take], per_doc,
+            [np.ones(total, bool)],
+        )  # fmt: skip
         return inside
+
+
+def _hashes(ids: pa.Array) -> np.ndarray:
+    """The ids' 64-bit hashes (a null id hashes as 0; it is never found)."""
+    h = _core.id_hashes(string_array(ids))
+    return pc.fill_null(h, 0).to_numpy(zero_copy_only=False)
+
+
+def _ints(col: pa.Array) -> np.ndarray:
+    return pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 @dataclass
@@ -161,63 +289,41 @@ class SpanWords:
 
     Attributes
     ----------
-    by_patient
-        Per patient, the normalised words found inside the patient's spans.
     in_span
         Per normalised word, its occurrences inside spans over the whole corpus.
     """
 
     spans: DocSpans
-    by_patient: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     in_span: Counter[str] = field(default_factory=Counter)
 
-    def add(self, doc_ids: pa.Array, patients: pa.Array, texts: pa.Array, normalize: str) -> None:
+    def add(self, doc_ids: pa.Array, texts: pa.Array, normalize: str) -> None:
         """Record one batch of documents (string arrays), cut into words under
         ``normalize``."""
         words = _core.tokenize(texts, normalize=normalize)
         counts = pc.list_value_length(words.column("words")).to_numpy(zero_copy_only=False)
         starts = words.column("starts").flatten().to_numpy(zero_copy_only=False)
         ends = words.column("ends").flatten().to_numpy(zero_copy_only=False)
-        inside = self.spans.overlap([str(d) for d in doc_ids.to_pylist()], starts, ends, counts)
+        inside = self.spans.overlap(doc_ids, starts, ends, counts)
         if inside.any():
-            rows = np.repeat(np.arange(len(patients)), counts)[inside]
-            found = pa.table(
-                {
-                    "patient": patients.take(pa.array(rows)),
-                    "word": words.column("words").flatten().filter(pa.array(inside)),
-                }
-            )
-            grouped = found.group_by("patient").aggregate([("word", "distinct")])
-            for p, ws in zip(
-                grouped.column("patient").to_pylist(),
-                grouped.column("word_distinct").to_pylist(),
-                strict=True,
-            ):
-                self.by_patient[p].update(ws)
-            uses = pc.value_counts(found.column("word"))
+            uses = pc.value_counts(words.column("words").flatten().filter(pa.array(inside)))
             values, n = uses.field("values").to_pylist(), uses.field("counts").to_pylist()
             self.in_span.update(dict(zip(values, n, strict=True)))
 
-    def patient_words(self) -> dict[str, set[str]]:
-        """Per patient, the words that the patient's spans make direct in all their notes."""
-        return dict(self.by_patient)
-
 
 def collect_span_words(
-    src: Any, spans: DocSpans, doc_col: str, patient_col: str, text_col: str, normalize: str
+    src: Any, spans: DocSpans, doc_col: str, text_col: str, normalize: str
 ) -> SpanWords:
     """The words of the direct spans of ``src``'s documents (a source of documents with
-    ``doc_col``, ``patient_col`` and ``text_col``), per patient and over the corpus: a pass
-    that tokenises only the documents that have spans."""
+    ``doc_col`` and ``text_col``): a pass that tokenises only the documents that have
+    spans."""
     found = SpanWords(spans)
-    wanted = pa.array(list(spans.by_doc), pa.string())
-    if not len(wanted):
+    if not len(spans):
         return found
-    for batch in src.batches([doc_col, patient_col, text_col]):
-        keep = pc.is_in(string_array(batch.column(0)), value_set=wanted)
-        if not pc.any(keep).as_py():
+    for batch in src.batches([doc_col, text_col]):
+        keep = spans.find(batch.column(0)) >= 0
+        if not keep.any():
             continue
-        b = batch.filter(keep)
+        b = batch.filter(pa.array(keep))
         found.add(*(string_array(c) for c in b.columns), normalize)
     return found
 

@@ -332,7 +332,7 @@ def index(
 
     def collect(batch: pa.RecordBatch) -> None:
         assert span_words is not None
-        columns = [string_array(batch.column(i)) for i in (2, 0, 1)]  # doc, patient, text
+        columns = [string_array(batch.column(i)) for i in (2, 1)]  # doc, text
         span_words.add(*columns, normalize)
 
     with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
