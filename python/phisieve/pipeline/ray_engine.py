@@ -23,7 +23,7 @@ patient whole, on partitions by a hash of the patient id (an all-to-all step); t
 only combines the pieces' results. The index is the merge of the indexes of its pieces
 (:func:`phisieve.merge_terms`: equal to the one-pass index), the protected share and the
 ``lists`` recognizer's statistics add up, ``surrogate``'s date anchors take the latest
-year, ``encode``'s span words the union. The stages whose work is neither (models,
+year. The stages whose work is neither (models,
 reports) run in the driver process, as with the local engine.
 
 Setup (:func:`connect`): Ray is started only when it is not running already; a local

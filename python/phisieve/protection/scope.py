@@ -23,8 +23,8 @@ The scope says how far a span's words reach (DESIGN.md §3):
 ``corpus``
     the old behaviour: ``patient``, plus every word found inside any span, everywhere.
 
-:class:`SpanWords` collects, in one pass over the documents, each patient's span words and
-each word's occurrences inside spans; the index stores the latter per single-word term (the
+:class:`SpanWords` collects, in one pass over the documents, each word's occurrences inside
+spans; the index stores them per single-word term (the
 ``terms`` table's ``in_span`` column) and :func:`direct_expr` applies the scope to them and to
 the words' counts, so that merged indexes (whose counts add) mark the same words as one.
 :func:`corpus_direct_words` applies it to a :class:`SpanWords` directly.
