@@ -68,8 +68,8 @@ def _token_words(
 
 def _word_flags(
     texts: pa.Array,
-    doc_ids: list[str],
-    patients: list[str],
+    doc_ids: pa.Array,
+    patients: pa.Array,
     normalize: str,
     marker: Any,
     policy: str,
@@ -110,14 +110,14 @@ def _word_flags(
 
 
 def _same_patient_words(
-    patients: list[str], counts: np.ndarray, words: pa.Array, inside: np.ndarray
+    patients: pa.Array, counts: np.ndarray, words: pa.Array, inside: np.ndarray
 ) -> np.ndarray:
     """Per word (flat, ``counts[i]`` of them in text ``i`` of patient ``patients[i]``,
     patients consecutive), whether the same patient has the same word inside a span
     (``inside``): keys (patient number, word number) looked up in the set of the inside
     ones."""
     new = np.ones(len(patients), bool)
-    new[1:] = np.array(patients[1:], dtype=object) != np.array(patients[:-1], dtype=object)
+    new[1:] = pc.not_equal(patients[1:], patients[:-1]).to_numpy(zero_copy_only=False)
     owner = np.repeat(np.cumsum(new) - 1, counts).astype(np.int64)
     codes = pc.dictionary_encode(words).indices.to_numpy(zero_copy_only=False)
     keys = owner * (int(codes.max(initial=0)) + 1) + codes
@@ -283,8 +283,8 @@ class Encoder:
         doc_list = doc_ids.to_pylist()
         flags = functools.partial(
             _word_flags,
-            doc_ids=doc_list,
-            patients=patient_list,
+            doc_ids=doc_ids,
+            patients=patients,
             normalize=self.normalize,
             marker=self.marker,
             policy=self.policy,
@@ -324,7 +324,7 @@ class Encoder:
         tok_indirect = by_reason["indirect"]
         _count_reasons(stats, by_reason)
         if self.gold is not None:
-            _count_gold(stats, self.gold, doc_list, tok_offsets, tok_counts, words, by_reason)
+            _count_gold(stats, self.gold, doc_ids, tok_offsets, tok_counts, words, by_reason)
         bounds = np.concatenate([[0], np.cumsum(tok_counts)]).astype(np.int64)
         self.packer.add_batch(
             patient_list,
@@ -366,7 +366,7 @@ class Encoder:
         document (for one partition of the corpus)."""
         new = copy.copy(self)
         new.packer = self.packer.fresh()
-        new._held = []
+        new._held, new._held_patient = [], None
         new.stats = dict.fromkeys(self.stats, 0)
         new.last_patient, new.finished, new.row = None, set(), 0
         new._seq_patient, new._seq_next = None, 0
@@ -493,7 +493,7 @@ def _count_reasons(stats: dict[str, int], by_reason: dict[str, np.ndarray]) -> N
 def _count_gold(
     stats: dict[str, int],
     gold: DocSpans,
-    doc_ids: list[str],
+    doc_ids: pa.Array,
     flat: np.ndarray,
     tok_counts: np.ndarray,
     words: np.ndarray,

@@ -225,8 +225,8 @@ class EncodeStage(Stage):
         term_table = None if terms is None else terms.table()
         normalize, direct_scope = resolve_options(term_table, o.normalize, o.direct_scope)
         spans, gold = ctx.values.get("spans"), ctx.values.get("gold")
-        doc_spans = None if spans is None else DocSpans.read(spans.table(["doc_id", "spans"]))
-        gold_spans = None if gold is None else DocSpans.read(gold.table(["doc_id", "spans"]))
+        doc_spans = None if spans is None else DocSpans.read(spans)
+        gold_spans = None if gold is None else DocSpans.read(gold)
         encoder = Encoder(
             tok,
             terms=term_table,

@@ -157,7 +157,7 @@ class FragmentStage(Stage):
         if terms is not None:
             protected.indirect = indirect_terms(terms)
         if spans is not None:
-            doc_spans = DocSpans.read(spans.table(["doc_id", "spans"]))
+            doc_spans = DocSpans.read(spans)
             for words in ctx.pieces(
                 "docs", partial(_span_words, spans=doc_spans, normalize=normalize), docs,
                 label="span words",

@@ -197,17 +197,6 @@ def read_spans(path: str | os.PathLike[str]) -> pa.Table:
     return table.select(["doc_id", "spans"])
 
 
-def spans_batches(
-    path: str | os.PathLike[str], batch_size: int = 65_536
-) -> Iterator[pa.RecordBatch]:
-    """A ``spans`` dataset (``doc_id``, ``spans``) from a folder or Parquet file, read batch
-    by batch (the other columns are not read)."""
-    for f in dataset_files(path):
-        pf = pq.ParquetFile(f)
-        require_columns(pf.schema_arrow, ["doc_id", "spans"], str(f))
-        yield from pf.iter_batches(batch_size=batch_size, columns=["doc_id", "spans"])
-
-
 def string_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A column as one Arrow string array (dictionaries decoded, other types cast)."""
     if isinstance(col, pa.ChunkedArray):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from .. import _core
 from ..errors import ConfigError
-from ..io.sources import spans_batches, string_array
+from ..io.sources import open_source, require_columns, string_array
 
 SCOPES = ("span", "patient", "identifying", "corpus")
 """The direct-identifier scopes, from the narrowest to the widest."""
@@ -133,17 +133,15 @@ class DocSpans:
         return cls(pa.array([], pa.string()), np.zeros(1, np.int64), zero, zero)
 
     @classmethod
-    def read(cls, path: Any) -> DocSpans:
-        """From a ``spans`` dataset folder or file, or a ``spans`` table (``doc_id``,
-        ``spans``: lists of ``start``, ``end``...), read batch by batch. A document in several
-        rows has their spans united; empty spans (``end <= start``) and null ids are
-        dropped."""
-        if isinstance(path, pa.Table):
-            batches: Iterable[pa.RecordBatch] = path.select(["doc_id", "spans"]).to_batches()
-        else:
-            batches = spans_batches(path)
+    def read(cls, spans: Any) -> DocSpans:
+        """From ``spans`` (``doc_id``, ``spans``: lists of ``start``, ``end``...): a dataset
+        folder or file, a table, or anything else :func:`~phisieve.io.sources.open_source`
+        reads, read batch by batch. A document in several rows has their spans united; empty
+        spans (``end <= start``) and null ids are dropped."""
+        src = open_source(spans, batch_size=65_536)
+        require_columns(src.schema, ["doc_id", "spans"], src.name)
         docs, counts, starts, ends = [], [], [], []
-        for b in batches:
+        for b in src.batches(["doc_id", "spans"]):
             doc, sp = b.column(0), b.column(1)
             if doc.null_count:
                 keep = pc.is_valid(doc)
