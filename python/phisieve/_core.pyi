@@ -75,21 +75,14 @@ def mask_batch(
     direct: Any,
     indirect: Any,
     length: int,
-    *,
-    causal: bool,
-    protect: str,
-    probability: float,
-    replace_mask: float,
-    replace_random: float,
-    mask_id: int,
-    pad_id: int,
-    vocab_size: int,
-    seed: int,
-    epoch: int,
+    settings: dict[str, Any],
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Training rows of an encoded batch padded to ``length``: flat int64 ``input_ids``,
-    ``attention_mask`` and ``labels`` (rows x length values). ``protect`` is ``nothing``,
-    ``all``, ``direct`` or ``indirect``; draws depend on (seed, epoch, seq_id) only."""
+    ``attention_mask`` and ``labels`` (rows x length values). ``settings``: the sampler's
+    ``causal``, ``protect`` (``nothing``, ``all``, ``direct`` or ``indirect``),
+    ``probability``, ``replace_mask``, ``replace_random``, ``mask_id``, ``pad_id``,
+    ``vocab_size``, ``seed`` and ``epoch`` (``phisieve.training.masking`` builds them);
+    draws depend on (seed, epoch, seq_id) only."""
 
 def py_lists(rows: list[list[Any]], kind: str) -> pa.ListArray:
     """Python lists of values, one per row (``kind`` ``uint32``, ``int32`` or ``bool``), as one
@@ -102,17 +95,7 @@ def mask_rows(
     word_ids: list[list[int]],
     flags: list[list[bool]] | None,
     length: int,
-    *,
-    causal: bool,
-    protect: str,
-    probability: float,
-    replace_mask: float,
-    replace_random: float,
-    mask_id: int,
-    pad_id: int,
-    vocab_size: int,
-    seed: int,
-    epoch: int,
+    settings: dict[str, Any],
 ) -> tuple[bytearray, bytearray, bytearray]:
     """:func:`mask_batch` for rows given as Python lists (``flags``: the one flag column that
     ``protect`` reads, None for ``nothing``): ``input_ids``, ``attention_mask`` and ``labels``

@@ -157,11 +157,18 @@ def hidden_positions(rows: pa.RecordBatch, flag: str, length: int) -> tuple[np.n
     return row[hide], pos[hide]
 
 
-def _sampler_options(
-    objective: Objective, masking: MaskingConfig, mask_id: int | None
+def _sampler_settings(
+    objective: Objective,
+    masking: MaskingConfig,
+    *,
+    mask_id: int | None,
+    pad_id: int,
+    vocab_size: int,
+    seed: int,
+    epoch: int,
 ) -> dict[str, Any]:
-    """The mask sampler's settings for ``objective`` under ``masking`` (checked), as
-    ``_core.mask_batch`` and ``_core.mask_rows`` take them."""
+    """The mask sampler's settings for ``objective`` under ``masking`` (checked), the dict
+    that ``_core.mask_batch`` and ``_core.mask_rows`` take."""
     if not objective.causal and mask_id is None:
         raise ConfigError(
             f"objective {objective.name} needs a tokenizer with a mask token (this one has none)"
@@ -174,6 +181,10 @@ def _sampler_options(
         "replace_mask": 1.0 if masking.mask_only else masking.replace_mask,
         "replace_random": 0.0 if masking.mask_only else masking.replace_random,
         "mask_id": 0 if mask_id is None else mask_id,
+        "pad_id": pad_id,
+        "vocab_size": vocab_size,
+        "seed": seed,
+        "epoch": epoch,
     }
 
 
@@ -206,7 +217,8 @@ def make_batch(
         rows = rows.combine_chunks().to_batches()[0] if rows.num_rows else None
         if rows is None:
             raise ConfigError("an empty batch")
-    sampler = _sampler_options(objective, masking, mask_id)
+    settings = _sampler_settings(objective, masking, mask_id=mask_id, pad_id=pad_id,
+                                 vocab_size=vocab_size, seed=seed, epoch=epoch)  # fmt: skip
     require_columns(rows.schema, ENCODED_COLUMNS, "encoded batch")
     col = rows.column
     ids, attention, labels = _core.mask_batch(
@@ -217,11 +229,7 @@ def make_batch(
         col("direct"),
         col("indirect"),
         length,
-        pad_id=pad_id,
-        vocab_size=vocab_size,
-        seed=seed,
-        epoch=epoch,
-        **sampler,
+        settings,
     )
     shape = (rows.num_rows, length)
     # Arrow buffers are read-only; torch wants writable arrays, so take one copy here.
@@ -289,12 +297,9 @@ def make_batch_from_lists(
         word_ids,
         flags,
         length,
-        pad_id=pad_id,
-        vocab_size=vocab_size,
-        seed=seed,
-        epoch=epoch,
-        **_sampler_options(objective, masking, mask_id),
-    )
+        _sampler_settings(objective, masking, mask_id=mask_id, pad_id=pad_id,
+                          vocab_size=vocab_size, seed=seed, epoch=epoch),
+    )  # fmt: skip
     shape = (len(seq_ids), length)
     names = ("input_ids", "attention_mask", "labels")
     return {n: np.frombuffer(b, np.int64).reshape(shape) for n, b in zip(names, out, strict=True)}

@@ -383,12 +383,6 @@ fn list_column<'a>(
 /// `attention_mask` and `labels` as flat int64 Arrow arrays of rows x length values (numpy
 /// views them without a copy). See `phisieve_core::masking`.
 #[pyfunction]
-#[pyo3(signature = (
-    seq_ids, input_ids, word_ids, protected, direct, indirect,
-    length, *,
-    causal, protect, probability, replace_mask, replace_random,
-    mask_id, pad_id, vocab_size, seed, epoch,
-))]
 #[allow(clippy::too_many_arguments)]
 fn mask_batch<'py>(
     py: Python<'py>,
@@ -399,27 +393,10 @@ fn mask_batch<'py>(
     direct: PyArray,
     indirect: PyArray,
     length: usize,
-    causal: bool,
-    protect: &str,
-    probability: f64,
-    replace_mask: f64,
-    replace_random: f64,
-    mask_id: u32,
-    pad_id: u32,
-    vocab_size: u32,
-    seed: u64,
-    epoch: u64,
+    settings: MaskSettings,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
-    let cfg = mask_config(
-        py,
-        causal,
-        protect,
-        probability,
-        [replace_mask, replace_random],
-        [mask_id, pad_id, vocab_size],
-        [seed, epoch],
-    )?;
+    let cfg = settings.config(py)?;
     let (seq_ids, _) = seq_ids.into_inner();
     let seq_ids = seq_ids.as_primitive_opt::<UInt64Type>().ok_or_else(|| {
         bad(format!(
@@ -503,13 +480,12 @@ fn mask_batch<'py>(
                 word_ids: &word_values.values()[w..w + n],
                 flags: &flag,
             };
-            let w = r * length..(r + 1) * length;
-            let row = Row {
-                input_ids: &mut oa[w.clone()],
-                attention_mask: &mut ob[w.clone()],
-                labels: &mut oc[w],
-            };
-            sampler.fill(&seq, &cfg, row, r)?;
+            sampler.fill(
+                &seq,
+                &cfg,
+                row_at([&mut oa[..], &mut ob[..], &mut oc[..]], r, length),
+                r,
+            )?;
         }
         Ok([oa, ob, oc])
     })?;
@@ -610,45 +586,66 @@ fn find_placeholders<'py>(py: Python<'py>, texts: PyArray) -> PyResult<Bound<'py
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
-/// The sampler's settings, checked: `replace` is (mask, random), `ids` (mask, pad,
-/// vocabulary size), `draws` (seed, epoch).
-fn mask_config(
-    py: Python<'_>,
+/// The mask sampler's settings, read from a dict with one item per field (what
+/// `phisieve.training.masking` builds once for both batch builders).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct MaskSettings {
     causal: bool,
-    protect: &str,
+    protect: String,
     probability: f64,
-    replace: [f64; 2],
-    ids: [u32; 3],
-    draws: [u64; 2],
-) -> PyResult<MaskConfig> {
-    let protect = match protect {
-        "nothing" => Protect::Nothing,
-        "all" => Protect::All,
-        "direct" => Protect::Direct,
-        "indirect" => Protect::Indirect,
-        other => {
-            return Err(to_py_err(
-                py,
-                CoreError::InvalidArgument(format!(
-                    "unknown protection {other:?}; expected nothing, all, direct or indirect"
-                )),
-            ))
-        }
-    };
-    let cfg = MaskConfig {
-        causal,
-        protect,
-        probability,
-        replace_mask: replace[0],
-        replace_random: replace[1],
-        mask_id: ids[0],
-        pad_id: ids[1],
-        vocab_size: ids[2],
-        seed: draws[0],
-        epoch: draws[1],
-    };
-    cfg.validate().map_err(|e| to_py_err(py, e))?;
-    Ok(cfg)
+    replace_mask: f64,
+    replace_random: f64,
+    mask_id: u32,
+    pad_id: u32,
+    vocab_size: u32,
+    seed: u64,
+    epoch: u64,
+}
+
+impl MaskSettings {
+    /// The checked sampler configuration.
+    fn config(&self, py: Python<'_>) -> PyResult<MaskConfig> {
+        let protect = match self.protect.as_str() {
+            "nothing" => Protect::Nothing,
+            "all" => Protect::All,
+            "direct" => Protect::Direct,
+            "indirect" => Protect::Indirect,
+            other => {
+                return Err(to_py_err(
+                    py,
+                    CoreError::InvalidArgument(format!(
+                        "unknown protection {other:?}; expected nothing, all, direct or indirect"
+                    )),
+                ))
+            }
+        };
+        let cfg = MaskConfig {
+            causal: self.causal,
+            protect,
+            probability: self.probability,
+            replace_mask: self.replace_mask,
+            replace_random: self.replace_random,
+            mask_id: self.mask_id,
+            pad_id: self.pad_id,
+            vocab_size: self.vocab_size,
+            seed: self.seed,
+            epoch: self.epoch,
+        };
+        cfg.validate().map_err(|e| to_py_err(py, e))?;
+        Ok(cfg)
+    }
+}
+
+/// Row `r` of three flat outputs of rows x `length` values.
+fn row_at<'a>(outs: [&'a mut [i64]; 3], r: usize, length: usize) -> Row<'a> {
+    let w = r * length..(r + 1) * length;
+    let [a, b, c] = outs;
+    Row {
+        input_ids: &mut a[w.clone()],
+        attention_mask: &mut b[w.clone()],
+        labels: &mut c[w],
+    }
 }
 
 /// Append the items of `row` (a Python list) to `out` through `item`, which reads one
@@ -798,12 +795,6 @@ fn py_lists<'py>(
 /// into the sampler, with the same draws as `mask_batch`. Returns `input_ids`,
 /// `attention_mask` and `labels` as bytearrays of rows x length native int64 values.
 #[pyfunction]
-#[pyo3(signature = (
-    seq_ids, input_ids, word_ids, flags, length, *,
-    causal, protect, probability, replace_mask, replace_random,
-    mask_id, pad_id, vocab_size, seed, epoch,
-))]
-#[allow(clippy::too_many_arguments)]
 fn mask_rows<'py>(
     py: Python<'py>,
     seq_ids: Vec<u64>,
@@ -811,27 +802,10 @@ fn mask_rows<'py>(
     word_ids: &Bound<'py, PyList>,
     flags: Option<&Bound<'py, PyList>>,
     length: usize,
-    causal: bool,
-    protect: &str,
-    probability: f64,
-    replace_mask: f64,
-    replace_random: f64,
-    mask_id: u32,
-    pad_id: u32,
-    vocab_size: u32,
-    seed: u64,
-    epoch: u64,
+    settings: MaskSettings,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bad = |msg: String| to_py_err(py, CoreError::InvalidArgument(msg));
-    let cfg = mask_config(
-        py,
-        causal,
-        protect,
-        probability,
-        [replace_mask, replace_random],
-        [mask_id, pad_id, vocab_size],
-        [seed, epoch],
-    )?;
+    let cfg = settings.config(py)?;
     let rows = seq_ids.len();
     for (list, name) in [(input_ids, "input_ids"), (word_ids, "word_ids")]
         .into_iter()
@@ -899,14 +873,13 @@ fn mask_rows<'py>(
             word_ids: &words,
             flags: &read,
         };
-        let w = r * length..(r + 1) * length;
-        let row = Row {
-            input_ids: &mut oa[w.clone()],
-            attention_mask: &mut ob[w.clone()],
-            labels: &mut oc[w],
-        };
         sampler
-            .fill(&seq, &cfg, row, r)
+            .fill(
+                &seq,
+                &cfg,
+                row_at([&mut *oa, &mut *ob, &mut *oc], r, length),
+                r,
+            )
             .map_err(|e| to_py_err(py, e))?;
     }
     PyTuple::new(py, [a, b, c])
