@@ -82,33 +82,27 @@ impl MaskConfig {
     }
 }
 
-/// One encoded sequence, as slices of the batch's Arrow buffers.
-pub struct Sequence<'a> {
+/// One encoded sequence, as slices of the batch's buffers.
+pub struct Sequence<'a, F: Fn(usize) -> bool> {
     pub seq_id: u64,
     pub input_ids: &'a [u32],
     /// Sequence-local word numbers, -1 for tokens outside any word (special tokens,
     /// punctuation). Tokens of one word are consecutive and share the number.
     pub word_ids: &'a [i32],
-    /// Per-token flags: `protected(i)`, `direct(i)`, `indirect(i)`.
-    pub flags: &'a dyn Fn(usize) -> Flags,
-}
-
-/// The flags of one token.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Flags {
-    pub protected: bool,
-    pub direct: bool,
-    pub indirect: bool,
+    /// Whether the objective protects token `i`: the flag column [`Protect::pick`] chose, or
+    /// always false when it protects nothing.
+    pub protected: F,
 }
 
 impl Protect {
-    #[inline]
-    fn protects(self, f: Flags) -> bool {
+    /// Of a sequence's three flag columns (`protected`, `direct`, `indirect`), the one this
+    /// protection reads; None when it protects nothing.
+    pub fn pick<T>(self, protected: T, direct: T, indirect: T) -> Option<T> {
         match self {
-            Protect::Nothing => false,
-            Protect::All => f.protected,
-            Protect::Direct => f.direct,
-            Protect::Indirect => f.indirect,
+            Protect::Nothing => None,
+            Protect::All => Some(protected),
+            Protect::Direct => Some(direct),
+            Protect::Indirect => Some(indirect),
         }
     }
 }
@@ -162,8 +156,9 @@ pub fn budget(probability: f64, eligible: usize) -> usize {
 #[derive(Default)]
 pub struct Sampler {
     blocked: Vec<bool>,
+    /// First token and one past the last token of each word.
+    spans: Vec<(u32, u32)>,
     eligible: Vec<u32>,
-    chosen: Vec<bool>,
 }
 
 /// One output row: `input_ids`, `attention_mask` and `labels`, each of the batch's length.
@@ -176,9 +171,9 @@ pub struct Row<'a> {
 impl Sampler {
     /// Write the training row of `seq` into `row`, padded with `cfg.pad_id`. `row_index` only
     /// locates errors.
-    pub fn fill(
+    pub fn fill<F: Fn(usize) -> bool>(
         &mut self,
-        seq: &Sequence<'_>,
+        seq: &Sequence<'_, F>,
         cfg: &MaskConfig,
         row: Row<'_>,
         row_index: usize,
@@ -196,8 +191,8 @@ impl Sampler {
                 seq.word_ids.len()
             )));
         }
-        for (i, &id) in seq.input_ids.iter().enumerate() {
-            row.input_ids[i] = id as i64;
+        for (out, &id) in row.input_ids.iter_mut().zip(seq.input_ids) {
+            *out = id as i64;
         }
         row.input_ids[n..].fill(cfg.pad_id as i64);
         row.attention_mask[..n].fill(1);
@@ -205,40 +200,49 @@ impl Sampler {
         row.labels.fill(IGNORE);
 
         if cfg.causal {
-            for i in 0..n {
-                if !cfg.protect.protects((seq.flags)(i)) {
-                    row.labels[i] = seq.input_ids[i] as i64;
+            for (i, (label, &id)) in row.labels.iter_mut().zip(seq.input_ids).enumerate() {
+                if !(seq.protected)(i) {
+                    *label = id as i64;
                 }
             }
             return Ok(());
         }
 
-        // Words: a word is blocked when any of its tokens is protected.
-        let mut words = 0usize;
+        // Words: their token ranges, and blocked when any of their tokens is protected. One
+        // pass without data-dependent branches (whether a token starts a word is as good as
+        // random); slot `n` takes the tokens outside words, and the numbering is checked at
+        // the end.
+        let (spans, blocked) = (&mut self.spans, &mut self.blocked);
+        spans.clear();
+        spans.resize(n + 1, (0, 0));
+        blocked.clear();
+        blocked.resize(n + 1, false);
+        let (mut words, mut valid, mut prev) = (0usize, true, -1i32);
         for (i, &w) in seq.word_ids.iter().enumerate() {
-            if w == -1 {
-                continue;
-            }
-            let continues = i > 0 && seq.word_ids[i - 1] == w;
-            if w >= 0 && w as usize == words {
-                words += 1;
-                if self.blocked.len() < words {
-                    self.blocked.push(false);
-                }
-                self.blocked[w as usize] = false;
-            } else if !(continues && w as usize + 1 == words) {
-                return Err(CoreError::InvalidArgument(format!(
-                    "sequence at row {row_index}: word_ids must number words 0, 1, 2, ... in \
-                     order, each word's tokens consecutive (found {w} at token {i})"
-                )));
-            }
-            if cfg.protect.protects((seq.flags)(i)) {
-                self.blocked[w as usize] = true;
-            }
+            // As an unsigned number, -1 (and any negative) is past every word and every slot.
+            let u = w as u32 as usize;
+            let new = u == words;
+            let more = prev == w && u + 1 == words;
+            valid &= new | more | (w == -1);
+            let slot = u.min(n);
+            let span = &mut spans[slot];
+            // Branch-free selects: the start moves on a new word, the end on every token.
+            let keep = u32::from(new).wrapping_sub(1);
+            span.0 = (span.0 & keep) | (i as u32 & !keep);
+            span.1 = i as u32 + 1;
+            blocked[slot] = (blocked[slot] & !new) | (seq.protected)(i);
+            words += usize::from(new);
+            prev = w;
         }
+        if !valid {
+            return Err(bad_word_ids(seq.word_ids, row_index));
+        }
+        spans.truncate(words);
+        blocked.truncate(words);
+        let blocked = &self.blocked;
         self.eligible.clear();
         self.eligible
-            .extend((0..words as u32).filter(|&w| !self.blocked[w as usize]));
+            .extend((0..blocked.len() as u32).filter(|&w| !blocked[w as usize]));
         let total = self.eligible.len();
         let m = budget(cfg.probability, total);
         let mut rng = Rng::for_sequence(cfg.seed, cfg.epoch, seq.seq_id);
@@ -247,26 +251,44 @@ impl Sampler {
             let j = i + rng.below((total - i) as u64) as usize;
             self.eligible.swap(i, j);
         }
-        self.chosen.clear();
-        self.chosen.resize(words, false);
-        for &w in &self.eligible[..m] {
-            self.chosen[w as usize] = true;
-        }
-        for i in 0..n {
-            let w = seq.word_ids[i];
-            if w < 0 || !self.chosen[w as usize] {
-                continue;
-            }
-            row.labels[i] = seq.input_ids[i] as i64;
-            let u = rng.unit();
-            if u < cfg.replace_mask {
-                row.input_ids[i] = cfg.mask_id as i64;
-            } else if u < cfg.replace_mask + cfg.replace_random {
-                row.input_ids[i] = rng.below(cfg.vocab_size as u64) as i64;
+        // The chosen words' tokens in token order (words are numbered in token order).
+        let chosen = &mut self.eligible[..m];
+        chosen.sort_unstable();
+        for &w in chosen.iter() {
+            let (start, end) = self.spans[w as usize];
+            for i in start as usize..end as usize {
+                row.labels[i] = seq.input_ids[i] as i64;
+                let u = rng.unit();
+                if u < cfg.replace_mask {
+                    row.input_ids[i] = cfg.mask_id as i64;
+                } else if u < cfg.replace_mask + cfg.replace_random {
+                    row.input_ids[i] = rng.below(cfg.vocab_size as u64) as i64;
+                }
             }
         }
         Ok(())
     }
+}
+
+/// The error for word numbers that do not count words 0, 1, 2, ... in order, each word's
+/// tokens consecutive: where the first bad one is.
+#[cold]
+fn bad_word_ids(word_ids: &[i32], row_index: usize) -> CoreError {
+    let mut words = 0usize;
+    for (i, &w) in word_ids.iter().enumerate() {
+        if w == -1 {
+            continue;
+        }
+        if w >= 0 && w as usize == words {
+            words += 1;
+        } else if !(w >= 0 && i > 0 && word_ids[i - 1] == w && w as usize + 1 == words) {
+            return CoreError::InvalidArgument(format!(
+                "sequence at row {row_index}: word_ids must number words 0, 1, 2, ... in \
+                 order, each word's tokens consecutive (found {w} at token {i})"
+            ));
+        }
+    }
+    unreachable!("bad_word_ids called on valid word ids")
 }
 
 #[cfg(test)]
@@ -289,16 +311,11 @@ mod tests {
     }
 
     fn run(c: &MaskConfig, ids: &[u32], words: &[i32], prot: &[bool], len: usize) -> [Vec<i64>; 3] {
-        let flags = |i: usize| Flags {
-            protected: prot[i],
-            direct: false,
-            indirect: prot[i],
-        };
         let seq = Sequence {
             seq_id: 3,
             input_ids: ids,
             word_ids: words,
-            flags: &flags,
+            protected: |i: usize| c.protect.pick(prot, prot, prot).is_some_and(|p| p[i]),
         };
         let (mut a, mut b, mut l) = (vec![0; len], vec![0; len], vec![0; len]);
         Sampler::default()
@@ -365,13 +382,17 @@ mod tests {
     #[test]
     fn bad_word_numbering_is_an_error() {
         let c = cfg(false, Protect::All);
-        let flags = |_| Flags::default();
-        for words in [[0, 2, 2], [0, 1, 0], [-2, 0, 1]] {
+        for (words, found) in [
+            ([0, 2, 2], "found 2 at token 1"),
+            ([0, 1, 0], "found 0 at token 2"),
+            ([-2, 0, 1], "found -2 at token 0"),
+            ([0, -1, 0], "found 0 at token 2"),
+        ] {
             let seq = Sequence {
                 seq_id: 0,
                 input_ids: &[1, 2, 3],
                 word_ids: &words,
-                flags: &flags,
+                protected: |_| false,
             };
             let (mut a, mut b, mut l) = (vec![0; 3], vec![0; 3], vec![0; 3]);
             let row = Row {
@@ -379,22 +400,20 @@ mod tests {
                 attention_mask: &mut b,
                 labels: &mut l,
             };
-            assert!(
-                Sampler::default().fill(&seq, &c, row, 5).is_err(),
-                "{words:?}"
-            );
+            let err = Sampler::default().fill(&seq, &c, row, 5).unwrap_err();
+            assert!(err.to_string().contains(found), "{words:?}: {err}");
+            assert!(err.to_string().contains("row 5"), "{words:?}: {err}");
         }
     }
 
     #[test]
     fn too_long_is_an_error() {
         let c = cfg(true, Protect::All);
-        let flags = |_| Flags::default();
         let seq = Sequence {
             seq_id: 0,
             input_ids: &[1, 2, 3],
             word_ids: &[0, 1, 2],
-            flags: &flags,
+            protected: |_| false,
         };
         let (mut a, mut b, mut l) = (vec![0; 2], vec![0; 2], vec![0; 2]);
         let row = Row {

@@ -18,7 +18,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use phisieve_core::index::terms_schema;
 use phisieve_core::marker::Policy;
-use phisieve_core::masking::{Flags, MaskConfig, Protect, Row, Sampler, Sequence};
+use phisieve_core::masking::{MaskConfig, Protect, Row, Sampler, Sequence};
 use phisieve_core::text::StrCol;
 use phisieve_core::{CoreError, IndexBuilder, IndexConfig, Marker, Normalizer};
 use pyo3::prelude::*;
@@ -462,23 +462,16 @@ fn mask_batch<'py>(
                     )));
                 }
             }
-            let (fp, fd, fi) = (flags[0], flags[1], flags[2]);
-            let (sp, sd, si) = (
-                start(flag_lists[0]),
-                start(flag_lists[1]),
-                start(flag_lists[2]),
-            );
-            let flag = |i: usize| Flags {
-                protected: fp.value(sp + i),
-                direct: fd.value(sd + i),
-                indirect: fi.value(si + i),
-            };
+            let flag = cfg
+                .protect
+                .pick(0, 1, 2)
+                .map(|f| (flags[f], start(flag_lists[f])));
             let (s, w) = (start(ids), start(words));
             let seq = Sequence {
                 seq_id: seq_ids.value(r),
                 input_ids: &id_values.values()[s..s + n],
                 word_ids: &word_values.values()[w..w + n],
-                flags: &flag,
+                protected: |i: usize| flag.is_some_and(|(values, at)| values.value(at + i)),
             };
             sampler.fill(
                 &seq,
@@ -845,6 +838,7 @@ fn mask_rows<'py>(
     let oc = as_i64(oc).ok_or_else(misaligned)?;
     let (mut ids, mut words, mut flag) = (Vec::new(), Vec::new(), Vec::new());
     let mut sampler = Sampler::default();
+    let protects = cfg.protect != Protect::Nothing;
     for (r, &seq_id) in seq_ids.iter().enumerate() {
         ids.clear();
         words.clear();
@@ -859,19 +853,11 @@ fn mask_rows<'py>(
                 )));
             }
         }
-        let read = |i: usize| {
-            let v = flag.get(i).copied().unwrap_or(false);
-            Flags {
-                protected: v,
-                direct: v,
-                indirect: v,
-            }
-        };
         let seq = Sequence {
             seq_id,
             input_ids: &ids,
             word_ids: &words,
-            flags: &read,
+            protected: |i: usize| protects && flag.get(i).copied().unwrap_or(false),
         };
         sampler
             .fill(
