@@ -110,6 +110,26 @@ class ModelTokenizer:
         """Token ids (uint32), start and end character offsets (int64) of every text's
         tokens, no special tokens added, and each text's token count (int64)."""
 
+class CrfTagger:
+    """A trained linear-chain CRF (the ``crf`` recognizer), tagging from Arrow attribute
+    strings (``phisieve_core::crf``): Viterbi labels and forward-backward marginals."""
+
+    def __init__(
+        self,
+        labels: list[str],
+        attributes: list[str],
+        weights: list[float],
+        transitions: list[float],
+    ) -> None: ...
+    @property
+    def labels(self) -> list[str]:
+        """The labels, in the order of label numbers and marginals."""
+    def tag(self, attrs: Any, per_position: Any, per_sequence: Any) -> tuple[pa.Array, pa.Array]:
+        """Label numbers of the best labelling (uint32, one per position) and the label
+        marginals (float64, positions x labels, row-major) of sequences whose positions'
+        attribute strings ``attrs`` holds back to back (``per_position``, ``per_sequence``:
+        int64 counts)."""
+
 class Packer:
     """Packs documents into model sequences for ``encode`` (``phisieve_core::pack``)."""
 

@@ -16,6 +16,7 @@
 //! This crate has no Python dependency; `rust/py` wraps it.
 
 pub mod align;
+pub mod crf;
 pub mod error;
 pub mod hash;
 pub mod ignorable;

@@ -871,6 +871,73 @@ fn mask_rows<'py>(
     PyTuple::new(py, [a, b, c])
 }
 
+/// A trained linear-chain CRF (the `crf` recognizer), tagging from Arrow attribute strings:
+/// `phisieve_core::crf::Crf`.
+#[pyclass(frozen, module = "phisieve._core")]
+struct CrfTagger {
+    inner: phisieve_core::crf::Crf,
+}
+
+#[pymethods]
+impl CrfTagger {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        labels: Vec<String>,
+        attributes: Vec<String>,
+        weights: Vec<f64>,
+        transitions: Vec<f64>,
+    ) -> PyResult<Self> {
+        phisieve_core::crf::Crf::new(labels, attributes, weights, transitions)
+            .map(|inner| Self { inner })
+            .map_err(|e| to_py_err(py, e))
+    }
+
+    /// The labels, in the order of label numbers and marginals.
+    #[getter]
+    fn labels(&self) -> Vec<String> {
+        self.inner.labels().to_vec()
+    }
+
+    /// Tag sequences: position `t`'s attributes are the values at row `t` of `columns`
+    /// (string arrays of one length; a null is no attribute), `per_sequence` (int64) how many
+    /// positions each sequence has. Returns the best labelling's label numbers (uint32, one
+    /// per position) and the label marginals (float64, positions × labels, row-major).
+    fn tag<'py>(
+        &self,
+        py: Python<'py>,
+        columns: Vec<PyArray>,
+        per_sequence: PyArray,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        use arrow_array::types::Int64Type;
+        let bad = |m: String| to_py_err(py, CoreError::InvalidArgument(m));
+        let arrays: Vec<ArrayRef> = columns.into_iter().map(|c| c.into_inner().0).collect();
+        let cols = arrays
+            .iter()
+            .map(|a| StrCol::new(a, "attribute column"))
+            .collect::<phisieve_core::Result<Vec<_>>>()
+            .map_err(|e| to_py_err(py, e))?;
+        let counts = per_sequence.into_inner().0;
+        let counts = counts.as_primitive_opt::<Int64Type>().ok_or_else(|| {
+            bad(format!(
+                "per_sequence must be int64, not {}",
+                counts.data_type()
+            ))
+        })?;
+        if counts.null_count() > 0 {
+            return Err(bad("per_sequence has nulls".to_string()));
+        }
+        let per_sequence = counts.values().as_ref();
+        let tagged = run(py, || self.inner.tag(&cols, per_sequence))?;
+        let labels = to_pyarrow(py, Arc::new(arrow_array::UInt32Array::from(tagged.labels)))?;
+        let marginals = to_pyarrow(
+            py,
+            Arc::new(arrow_array::Float64Array::from(tagged.marginals)),
+        )?;
+        PyTuple::new(py, [labels, marginals])
+    }
+}
+
 /// A Hugging Face tokenizer (its `tokenizer.json`), run from Rust for `encode`: texts in, token
 /// ids and character offsets out as Arrow arrays, with no Python object per token. Truncation
 /// and padding are off, and special tokens written in a text are encoded as text.
@@ -1409,6 +1476,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_lists, m)?)?;
     m.add_function(wrap_pyfunction!(mask_rows, m)?)?;
     m.add_class::<ModelTokenizer>()?;
+    m.add_class::<CrfTagger>()?;
     m.add_class::<Packer>()?;
     m.add_function(wrap_pyfunction!(align_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(find_placeholders, m)?)?;

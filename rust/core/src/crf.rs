@@ -1,0 +1,327 @@
+//! Inference of a linear-chain CRF (the `crf` recognizer): the best labelling of each sequence
+//! (Viterbi) and every position's label marginals (forward-backward), from binary attribute
+//! strings per position.
+//!
+//! The model is CRFsuite's first-order CRF (`crf1d`): a sequence `y` of `x` scores
+//! `sum_t state(x_t, y_t) + sum_{t>0} trans(y_{t-1}, y_t)`, where `state(x_t, l)` sums the
+//! weights of position `t`'s attributes for label `l`; no start or end transitions. Attributes
+//! the model does not know weigh nothing.
+
+use crate::error::{CoreError, Result};
+use crate::text::StrCol;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+/// A trained linear-chain CRF.
+pub struct Crf {
+    labels: Vec<String>,
+    index: FxHashMap<String, u32>,
+    /// `weights[a * L + l]`: attribute `a`'s weight for label `l`.
+    weights: Vec<f64>,
+    /// `trans[i * L + j]`: the weight of label `j` following label `i`.
+    trans: Vec<f64>,
+}
+
+/// What [`Crf::tag`] finds: per position, the label of the best labelling and the marginal
+/// probability of every label (`marginals[t * L + l]`).
+pub struct Tagged {
+    pub labels: Vec<u32>,
+    pub marginals: Vec<f64>,
+}
+
+fn log_sum_exp(values: impl Iterator<Item = f64> + Clone) -> f64 {
+    let top = values.clone().fold(f64::NEG_INFINITY, f64::max);
+    if top == f64::NEG_INFINITY {
+        return top;
+    }
+    top + values.map(|v| (v - top).exp()).sum::<f64>().ln()
+}
+
+impl Crf {
+    /// A CRF over `labels`, with `weights` (`attributes.len() × labels.len()`, row-major) and
+    /// `trans` (`labels.len()²`, from-row, to-column).
+    pub fn new(
+        labels: Vec<String>,
+        attributes: Vec<String>,
+        weights: Vec<f64>,
+        trans: Vec<f64>,
+    ) -> Result<Self> {
+        let l = labels.len();
+        if l == 0 {
+            return Err(CoreError::InvalidArgument("a CRF needs labels".into()));
+        }
+        if weights.len() != attributes.len() * l || trans.len() != l * l {
+            return Err(CoreError::InvalidArgument(format!(
+                "a CRF of {l} labels and {} attributes needs {} weights and {} transitions, \
+                 not {} and {}",
+                attributes.len(),
+                attributes.len() * l,
+                l * l,
+                weights.len(),
+                trans.len()
+            )));
+        }
+        if weights.iter().chain(&trans).any(|w| !w.is_finite()) {
+            return Err(CoreError::InvalidArgument(
+                "a CRF's weights must be finite".into(),
+            ));
+        }
+        let mut index = FxHashMap::default();
+        for (a, name) in attributes.into_iter().enumerate() {
+            if index.insert(name, a as u32).is_some() {
+                return Err(CoreError::InvalidArgument(
+                    "a CRF's attributes must be distinct".into(),
+                ));
+            }
+        }
+        Ok(Self {
+            labels,
+            index,
+            weights,
+            trans,
+        })
+    }
+
+    /// The labels, in the order of label numbers and marginals.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// Tag sequences: position `t`'s attributes are the values of `columns` at row `t` (a
+    /// null is no attribute); `per_sequence[s]` is how many positions sequence `s` has.
+    /// Sequences are tagged in parallel; the result does not depend on the threads.
+    pub fn tag(&self, columns: &[StrCol<'_>], per_sequence: &[i64]) -> Result<Tagged> {
+        let bad = |m: &str| CoreError::InvalidArgument(m.to_string());
+        if per_sequence.iter().any(|&n| n < 0) {
+            return Err(bad("position counts must not be negative"));
+        }
+        let positions: i64 = per_sequence.iter().sum();
+        let rows = columns.first().map_or(0, |c| c.len());
+        if columns.iter().any(|c| c.len() != rows) {
+            return Err(bad("the attribute columns differ in length"));
+        }
+        if positions as usize != rows {
+            return Err(bad(
+                "the sequences' positions do not add up to the positions given",
+            ));
+        }
+        // Where each sequence's positions start.
+        let mut seq_start = Vec::with_capacity(per_sequence.len() + 1);
+        let mut at = 0usize;
+        seq_start.push(0);
+        for &n in per_sequence {
+            at += n as usize;
+            seq_start.push(at);
+        }
+        let l = self.labels.len();
+        let parts: Vec<(Vec<u32>, Vec<f64>)> = (0..per_sequence.len())
+            .into_par_iter()
+            .map(|s| {
+                let (a, b) = (seq_start[s], seq_start[s + 1]);
+                let mut state = vec![0.0; (b - a) * l];
+                for (t, row) in state.chunks_exact_mut(l).enumerate() {
+                    for column in columns {
+                        let Some(name) = column.get(a + t) else {
+                            continue;
+                        };
+                        if let Some(&k) = self.index.get(name) {
+                            let w = &self.weights[k as usize * l..(k as usize + 1) * l];
+                            for (x, y) in row.iter_mut().zip(w) {
+                                *x += y;
+                            }
+                        }
+                    }
+                }
+                (self.viterbi(&state), self.marginals(&state))
+            })
+            .collect();
+        let mut out = Tagged {
+            labels: Vec::with_capacity(rows),
+            marginals: Vec::with_capacity(rows * l),
+        };
+        for (labels, marginals) in parts {
+            out.labels.extend(labels);
+            out.marginals.extend(marginals);
+        }
+        Ok(out)
+    }
+
+    /// The best labelling of one sequence (`state`: positions × labels); ties go to the
+    /// lower label number.
+    fn viterbi(&self, state: &[f64]) -> Vec<u32> {
+        let l = self.labels.len();
+        let n = state.len() / l;
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut score = state[..l].to_vec();
+        let mut back = vec![0u32; n * l];
+        let mut next = vec![0.0; l];
+        for t in 1..n {
+            for j in 0..l {
+                let (mut best, mut arg) = (f64::NEG_INFINITY, 0);
+                for (i, s) in score.iter().enumerate() {
+                    let v = s + self.trans[i * l + j];
+                    if v > best {
+                        (best, arg) = (v, i);
+                    }
+                }
+                next[j] = best + state[t * l + j];
+                back[t * l + j] = arg as u32;
+            }
+            std::mem::swap(&mut score, &mut next);
+        }
+        let mut last = 0;
+        for j in 1..l {
+            if score[j] > score[last] {
+                last = j;
+            }
+        }
+        let mut path = vec![0u32; n];
+        path[n - 1] = last as u32;
+        for t in (1..n).rev() {
+            path[t - 1] = back[t * l + path[t] as usize];
+        }
+        path
+    }
+
+    /// Every position's label marginals (positions × labels), in log space.
+    fn marginals(&self, state: &[f64]) -> Vec<f64> {
+        let l = self.labels.len();
+        let n = state.len() / l;
+        if n == 0 {
+            return Vec::new();
+        }
+        let trans = &self.trans;
+        let mut alpha = vec![0.0; n * l];
+        alpha[..l].copy_from_slice(&state[..l]);
+        for t in 1..n {
+            for j in 0..l {
+                let prev = &alpha[(t - 1) * l..t * l];
+                let v = log_sum_exp(prev.iter().enumerate().map(|(i, a)| a + trans[i * l + j]));
+                alpha[t * l + j] = v + state[t * l + j];
+            }
+        }
+        let mut beta = vec![0.0; n * l];
+        for t in (0..n - 1).rev() {
+            for i in 0..l {
+                let v =
+                    log_sum_exp((0..l).map(|j| {
+                        trans[i * l + j] + state[(t + 1) * l + j] + beta[(t + 1) * l + j]
+                    }));
+                beta[t * l + i] = v;
+            }
+        }
+        let z = log_sum_exp(alpha[(n - 1) * l..].iter().copied());
+        alpha
+            .iter()
+            .zip(&beta)
+            .map(|(a, b)| (a + b - z).exp())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, StringArray};
+    use std::sync::Arc;
+
+    /// Every labelling of a short sequence, scored by brute force.
+    fn brute(crf: &Crf, state: &[f64]) -> (Vec<u32>, Vec<f64>) {
+        let l = crf.labels.len();
+        let n = state.len() / l;
+        let mut best = (f64::NEG_INFINITY, vec![]);
+        let mut marg = vec![0.0; n * l];
+        let mut z = 0.0;
+        for code in 0..l.pow(n as u32) {
+            let y: Vec<usize> = (0..n).map(|t| code / l.pow(t as u32) % l).collect();
+            let mut s = 0.0;
+            for t in 0..n {
+                s += state[t * l + y[t]];
+                if t > 0 {
+                    s += crf.trans[y[t - 1] * l + y[t]];
+                }
+            }
+            if s > best.0 {
+                best = (s, y.iter().map(|&v| v as u32).collect());
+            }
+            z += s.exp();
+            for t in 0..n {
+                marg[t * l + y[t]] += s.exp();
+            }
+        }
+        (best.1, marg.iter().map(|m| m / z).collect())
+    }
+
+    #[test]
+    fn viterbi_and_marginals_match_brute_force() {
+        let labels = vec!["O".into(), "NAME".into(), "DATE".into()];
+        let attrs = vec!["a".into(), "b".into(), "c".into()];
+        let weights = vec![0.5, -1.0, 0.2, -0.3, 1.5, 0.1, 0.0, 0.4, -2.0];
+        let trans = vec![1.0, -0.5, 0.3, 0.2, 0.8, -1.0, -0.4, 0.1, 0.6];
+        let crf = Crf::new(labels, attrs, weights, trans).unwrap();
+        // Two attribute columns; four positions (a null is no attribute, the unknown "zz"
+        // weighs nothing), in sequences of 3 and 1.
+        let first: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            None,
+        ]));
+        let second: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("zz"),
+            Some("a"),
+            Some("b"),
+            Some("c"),
+        ]));
+        let columns = [
+            StrCol::new(&first, "attrs").unwrap(),
+            StrCol::new(&second, "attrs").unwrap(),
+        ];
+        let tagged = crf.tag(&columns, &[3, 1]).unwrap();
+        let l = 3;
+        let mut state = vec![0.0; 4 * l];
+        for (t, row) in state.chunks_exact_mut(l).enumerate() {
+            for column in &columns {
+                if let Some(&k) = column.get(t).and_then(|name| crf.index.get(name)) {
+                    for j in 0..l {
+                        row[j] += crf.weights[k as usize * l + j];
+                    }
+                }
+            }
+        }
+        let (p1, m1) = brute(&crf, &state[..3 * l]);
+        let (p2, m2) = brute(&crf, &state[3 * l..]);
+        assert_eq!(tagged.labels, [p1, p2].concat());
+        for (a, b) in tagged.marginals.iter().zip(m1.iter().chain(&m2)) {
+            assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let one = || vec!["O".to_string()];
+        assert!(Crf::new(one(), vec!["a".into()], vec![], vec![0.0]).is_err());
+        assert!(Crf::new(
+            one(),
+            vec!["a".into(), "a".into()],
+            vec![1.0, 1.0],
+            vec![0.0]
+        )
+        .is_err());
+        assert!(Crf::new(one(), vec!["a".into()], vec![f64::NAN], vec![0.0]).is_err());
+        let crf = Crf::new(one(), vec!["a".into()], vec![1.0], vec![0.0]).unwrap();
+        let col: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
+        let short: ArrayRef = Arc::new(StringArray::from(Vec::<&str>::new()));
+        let attrs = StrCol::new(&col, "attrs").unwrap();
+        assert!(crf.tag(&[attrs], &[2]).is_err());
+        assert!(crf.tag(&[attrs], &[-1, 2]).is_err());
+        assert!(crf
+            .tag(&[attrs, StrCol::new(&short, "attrs").unwrap()], &[1])
+            .is_err());
+        let empty = crf.tag(&[attrs], &[0, 1, 0]).unwrap();
+        assert_eq!(empty.labels, vec![0]);
+        assert_eq!(empty.marginals, vec![1.0]);
+    }
+}
