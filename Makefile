@@ -9,7 +9,7 @@ SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml
 export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
 
-.PHONY: demo test test-rust test-python bench lint build clean chromium
+.PHONY: demo test test-rust test-python bench lint build clean chromium crf-model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,13 @@ chromium:
 test-python: build chromium
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "test corpus not found at $(PHISIEVE_TEST_CORPUS) (set PHISIEVE_TEST_CORPUS)"; exit 1; }
 	$(BIN)/python -m pytest -q
+
+# The CRF recognizer that ships in the package, trained again on the PhysioNet deid dev notes
+# (deterministic: the same notes give the same model).
+crf-model: build
+	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "corpus not found at $(PHISIEVE_TEST_CORPUS)"; exit 1; }
+	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" \
+	    --out python/phisieve/detect/models/crf-physionet --overwrite
 
 bench: build
 	$(BIN)/python benches/suite.py --tokens 1M,10M --out benches/suite

@@ -26,7 +26,9 @@ def corpus(notes: list[tuple[str, str]]) -> pa.Table:
 
 
 def found(notes: list[tuple[str, str]], **kw) -> list[set[tuple[str, str]]]:
-    """Per note: {(span text, source)}."""
+    """Per note: {(span text, source)}, found by ``rules,lists`` (the recognizers these tests
+    specify) unless told otherwise."""
+    kw.setdefault("recognizers", ["rules", "lists"])
     table = detect(corpus(notes), **kw)
     return [
         {(text[s["start"] : s["end"]], s["source"]) for s in spans}

@@ -13,6 +13,7 @@ from typing import Any
 from .audit.run import AuditCompareStage, AuditStage
 from .corpus.ingest import IngestStage
 from .corpus.split import SplitStage
+from .detect.crf_train import DetectTrainCrfStage
 from .detect.learnt import LearnDenyStage
 from .detect.run import DetectStage
 from .detect.train import DetectTrainStage
@@ -41,6 +42,7 @@ STAGES: dict[str, type[Stage]] = {
         CanariesStage,
         DetectStage,
         DetectTrainStage,
+        DetectTrainCrfStage,
         LearnDenyStage,
         IndexStage,
         MergeStage,

@@ -53,7 +53,7 @@ def _report(json_out: Path | None, data: dict[str, Any], stage: str, options: di
 
 def detect_eval(
     corpus: Corpus,
-    recognizers: Recognizers = "rules,lists",
+    recognizers: Recognizers = "rules,lists,crf",
     deny: Deny = None,
     allow: Allow = None,
     stanza_model: Annotated[str | None, typer.Option(help=STANZA_HELP)] = None,
@@ -150,7 +150,7 @@ def coverage(
     tokenizer: Annotated[
         Path, typer.Option(help="A local Hugging Face fast tokenizer (folder or tokenizer.json).")
     ],
-    recognizers: Recognizers = "rules,lists",
+    recognizers: Recognizers = "rules,lists,crf",
     k: Annotated[int, typer.Option("--k", help="Indirect: used by fewer than k patients.")] = 2,
     ngram: Annotated[int, typer.Option(help="Use indirect n-grams up to this length.")] = 1,
     direct_scope: Annotated[str, typer.Option(help=DIRECT_SCOPE_HELP)] = "identifying",

@@ -7,6 +7,9 @@ notes are detected as a corpus of their own and scored:
 
 * the deny list grown from the training folds' gold (:func:`phisieve.detect.learnt.
   learn_deny_list`), when ``learn_deny`` is on and ``lists`` runs;
+* the CRF (recognizer ``crf`` with no path, which otherwise loads the shipped model trained
+  on these very notes): trained on the training folds (:func:`phisieve.detect.crf_train.
+  train_crf`);
 * the token-classification model (recognizer ``model`` with no path): trained from ``base``
   on the training folds (:func:`phisieve.detect.train.train_recognizer`).
 
@@ -97,7 +100,7 @@ def _take(table: pa.Table, column: str, keep: set[str]) -> pa.Table:
 def cross_validate(
     documents: pa.Table,
     gold: pa.Table,
-    recognizers: Iterable[str] = ("rules", "lists"),
+    recognizers: Iterable[str] = ("rules", "lists", "crf"),
     *,
     k: int = 5,
     seed: int = 0,
@@ -116,8 +119,9 @@ def cross_validate(
         table.
     recognizers
         As :func:`phisieve.detect.detect`; a bare ``model`` is trained per fold from
-        ``base`` (``model:PATH``, a model trained before, is refused: it may have seen the
-        held-out patients).
+        ``base``, a bare ``crf`` on the fold's training notes (``model:PATH`` and
+        ``crf:PATH``, models trained before, are refused: they may have seen the held-out
+        patients).
     k, seed
         The number of folds and the key of the patients' assignment (:func:`folds`).
     learn_deny
@@ -140,10 +144,11 @@ def cross_validate(
     from .learnt import learn_deny_list
 
     recognizers = list(recognizers)
-    if trained := [r for r in recognizers if r.startswith("model:")]:
+    if trained := [r for r in recognizers if r.startswith(("model:", "crf:"))]:
         raise ConfigError(
-            f"cross-validation trains its model on each fold's training patients ({trained[0]} "
-            "may have seen the held-out ones): use the recognizer `model` with --base"
+            f"cross-validation trains its models on each fold's training patients "
+            f"({trained[0]} may have seen the held-out ones): use the recognizer `model` "
+            "with --base, or `crf`"
         )
     trains_model = "model" in recognizers
     if trains_model and base is None:
@@ -171,6 +176,12 @@ def cross_validate(
         t = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="phisieve-cv-") as tmp:
             names = list(recognizers)
+            if "crf" in names:
+                from .crf_train import train_crf
+
+                crf_dir = Path(tmp) / "crf"
+                train_crf(train, train_gold, crf_dir, corpus=documents)
+                names = [f"crf:{crf_dir}" if r == "crf" else r for r in names]
             if trains_model:
                 from .train import train_recognizer
 

@@ -12,6 +12,10 @@ Recognizers (combinable):
   ``nlp.pipe`` batches;
 * ``stanza``: Stanza's NER over downloaded models
   (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`);
+* ``crf`` (``crf:DIR``): a CRF over words (:class:`~phisieve.detect.recognizers.crf.
+  CrfRecognizer`; by default the one trained on the PhysioNet deid notes that ships with
+  phisieve, or one from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
+  ``rules``/``lists`` spans it finds very unlikely;
 * ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
   (:class:`~phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows,
   batched, on CUDA when available.
@@ -55,15 +59,18 @@ from .recognizers import dictionaries
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
-RECOGNIZERS = ("rules", "lists", "presidio", "stanza", "model")
+RECOGNIZERS = ("rules", "lists", "crf", "presidio", "stanza", "model")
 """Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
 ``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
-``torch`` extra."""
+``torch`` extra; ``crf`` is the shipped CRF, ``crf:DIR`` one from ``detect-train-crf``."""
+
+DEFAULT_RECOGNIZERS = ("rules", "lists", "crf")
+"""What ``phisieve detect`` runs unless told otherwise."""
 
 
 def _kind(name: str) -> str:
-    """The recognizer a name selects: ``model:DIR`` -> ``model``."""
-    return name.split(":", 1)[0] if name.startswith("model:") else name
+    """The recognizer a name selects: ``model:DIR`` -> ``model``, ``crf:DIR`` -> ``crf``."""
+    return name.split(":", 1)[0] if name.startswith(("model:", "crf:")) else name
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -166,6 +173,9 @@ class _Dictionaries:
     lexicon: dictionaries.Lexicon
     stats: dictionaries.CorpusStats
     known_places: pl.DataFrame
+    dictionaries: bool = True
+    """Whether ``lists`` runs the built-in dictionaries (the statistics may be learnt for the
+    ``crf`` recognizer alone)."""
 
 
 Pieces = Callable[..., list[Any]]
@@ -225,12 +235,16 @@ def _detect_batch(
     min_score: dict[str, float],
     models: dict[str, Any] | None = None,
     learnt: _Dictionaries | None = None,
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    """The merged spans of every recognizer but ``crf`` (``row``, ``start``, ``end``,
+    ``label``, ``source``, ``score``), and the dictionaries' word table when ``learnt``."""
     parts = []
     tok = None
     if learnt is not None:
         tok = _features(texts, learnt.lexicon, learnt.stats)
     for name in recognizers:
+        if _kind(name) == "crf":
+            continue
         if models and name in models:
             parts.append(_model_rows(texts, name, models[name]))
         elif name == "rules":
@@ -238,41 +252,55 @@ def _detect_batch(
         elif name == "lists":
             if deny:
                 parts.append(_list_rows(texts, deny))
-            if learnt is not None and tok is not None:
+            if learnt is not None and tok is not None and learnt.dictionaries:
                 parts.append(dictionaries.find(tok, learnt.lexicon, learnt.known_places))
         else:
             raise ConfigError(f"unknown recognizer {name!r}; expected one of {RECOGNIZERS}")
-    schema = {
-        "row": pl.Int64,
-        "start": pl.Int32,
-        "end": pl.Int32,
-        "label": pl.String,
-        "source": pl.String,
-        "score": pl.Float32,
-    }
-    rows = pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
+    rows = (
+        pl.concat([p.cast(SPAN_ROWS) for p in parts]) if parts else pl.DataFrame(schema=SPAN_ROWS)
+    )
+    rows = _scored(rows, min_score)
+    if tok is not None and learnt is not None and learnt.dictionaries:
+        # Rule names that are plain words go; names grow over neighbouring names and initials.
+        rows = dictionaries.confirm_names(tok, rows)
+        rows = pl.concat([rows, dictionaries.extend_names(tok, rows).cast(SPAN_ROWS)])
+    return tok, merge_spans(_allowed(rows, texts, allow))
+
+
+def _scored(rows: pl.DataFrame, min_score: dict[str, float]) -> pl.DataFrame:
+    """``rows`` scored at least their recognizer's threshold (``"*"``: the others')."""
     recognizer = pl.col("source").str.split(":").list.first()
     threshold = recognizer.replace_strict(
         min_score, default=min_score.get("*", 0.0), return_dtype=pl.Float32
     )
-    rows = rows.filter(pl.col("score") >= threshold)
-    if tok is not None:
-        # Rule names that are plain words go; names grow over neighbouring names and initials.
-        rows = dictionaries.confirm_names(tok, rows)
-        rows = pl.concat([rows, dictionaries.extend_names(tok, rows).cast(schema)])
-    if allow and rows.height:
-        # Drop spans whose (normalised) text the allow list holds.
-        starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
-        py_texts = texts.to_pylist()
-        keep = np.asarray(
-            [
-                normalize_word(py_texts[r][s:e]) not in allow
-                for r, s, e in zip(idx.tolist(), starts.tolist(), ends.tolist(), strict=True)
-            ],
-            dtype=bool,
-        )
-        rows = rows.filter(pl.Series(keep))
-    return merge_spans(rows)
+    return rows.filter(pl.col("score") >= threshold)
+
+
+def _allowed(rows: pl.DataFrame, texts: pa.Array, allow: set[str]) -> pl.DataFrame:
+    """``rows`` without the spans whose (normalised) text the allow list holds."""
+    if not allow or not rows.height:
+        return rows
+    starts, ends, idx = (rows.get_column(c).to_numpy() for c in ("start", "end", "row"))
+    py_texts = texts.to_pylist()
+    keep = np.asarray(
+        [
+            normalize_word(py_texts[r][s:e]) not in allow
+            for r, s, e in zip(idx.tolist(), starts.tolist(), ends.tolist(), strict=True)
+        ],
+        dtype=bool,
+    )
+    return rows.filter(pl.Series(keep))
+
+
+SPAN_ROWS = {
+    "row": pl.Int64,
+    "start": pl.Int32,
+    "end": pl.Int32,
+    "label": pl.String,
+    "source": pl.String,
+    "score": pl.Float32,
+}
+"""Spans found in a batch, one row each: the note's row in the batch and the span."""
 
 
 def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
@@ -297,14 +325,27 @@ class Detector:
     def spans(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The ``spans`` rows (``doc_id``, ``spans``) of a batch of documents."""
         texts = batch.column("text")
-        merged = _detect_batch(
+        tok, merged = _detect_batch(
             texts, self.recognizers, self.deny, self.allow, self.thresholds, self.models,
             self.learnt,
         )  # fmt: skip
+        crf = self.crf
+        if crf is not None:
+            assert tok is not None
+            from .recognizers.crf import token_table
+
+            tagged = crf.tag(token_table(texts, tok), merged)
+            found = _allowed(_scored(tagged.spans, self.thresholds), texts, self.allow)
+            merged = merge_spans(pl.concat([crf.vet(merged, tagged.words), found]))
         return pa.record_batch(
             [batch.column("doc_id").cast(pa.string()), _spans_column(batch.num_rows, merged)],
             schema=SPANS_TABLE,
         )
+
+    @property
+    def crf(self) -> Any:
+        """The ``crf`` recognizer, if it runs."""
+        return next((m for n, m in self.models.items() if _kind(n) == "crf"), None)
 
 
 SPANS_TABLE = pa.schema([pa.field("doc_id", pa.string()), pa.field("spans", SPANS)])
@@ -323,12 +364,14 @@ def check_recognizers(
         raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
     if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
+    if sum(_kind(r) == "crf" for r in recognizers) > 1:
+        raise ConfigError("give the crf recognizer once (crf, or crf:DIR)")
     return thresholds
 
 
 def detector(
     src: BatchSource,
-    recognizers: Iterable[str] = ("rules", "lists"),
+    recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
     *,
     deny: dict[str, str] | None = None,
     allow: Iterable[str] | None = None,
@@ -341,6 +384,7 @@ def detector(
     corpus: Any = None,
     model_options: dict[str, Any] | None = None,
     pieces: Pieces | None = None,
+    crf_options: dict[str, Any] | None = None,
 ) -> Detector:
     """Load the recognizers and, for ``lists``, learn the dictionaries' statistics of the
     corpus (``src``, or ``corpus`` when given): the reduce step of detection (the
@@ -361,21 +405,29 @@ def detector(
             from .recognizers.model import ModelRecognizer
 
             models[name] = ModelRecognizer(name.split(":", 1)[1], **(model_options or {}))
+    for name in recognizers:
+        if _kind(name) == "crf":
+            from .recognizers.crf import CrfRecognizer
+
+            folder = name.split(":", 1)[1] if ":" in name else None
+            models[name] = CrfRecognizer(folder, **(crf_options or {}))
     learnt = None
-    if "lists" in recognizers and dictionaries_enabled:
+    uses_dictionaries = "lists" in recognizers and dictionaries_enabled
+    if uses_dictionaries or any(_kind(r) == "crf" for r in recognizers):
         if corpus is None:
             learnt = _learn(src, progress, pieces)
         else:
             learn_src = open_source(corpus, 4096)
             require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
             learnt = _learn(learn_src, progress)
+        learnt.dictionaries = uses_dictionaries
     allow_set = {normalize_word(w) for w in allow or ()}
     return Detector(recognizers, deny or {}, allow_set, thresholds, models, learnt)
 
 
 def detect(
     documents: Any,
-    recognizers: Iterable[str] = ("rules", "lists"),
+    recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
     *,
     deny: dict[str, str] | None = None,
     allow: Iterable[str] | None = None,
@@ -387,6 +439,7 @@ def detect(
     dictionaries_enabled: bool = True,
     corpus: Any = None,
     model_options: dict[str, Any] | None = None,
+    crf_options: dict[str, Any] | None = None,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
 
@@ -411,6 +464,9 @@ def detect(
     model_options
         Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.recognizers.model.
         ModelRecognizer`: ``device``, ``batch_size``).
+    crf_options
+        Options of the ``crf`` recognizer (:class:`phisieve.detect.recognizers.crf.
+        CrfRecognizer`: ``verify``).
     corpus
         The notes the dictionaries learn those corpus statistics from, when not
         ``documents`` themselves (no gold is read): e.g. a site's whole corpus when only some
@@ -434,13 +490,17 @@ def detect(
     check_recognizers(recognizers, min_score)
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
-    if "lists" in recognizers and dictionaries_enabled and not src.reiterable:
+    learns = ("lists" in recognizers and dictionaries_enabled) or any(
+        _kind(r) == "crf" for r in recognizers
+    )
+    if learns and not src.reiterable:
         # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
         src = open_source(src.table(), 4096)
     found = detector(
         src, recognizers, deny=deny, allow=allow, min_score=min_score,
         presidio_model=presidio_model, stanza=stanza, workers=workers, progress=progress,
         dictionaries_enabled=dictionaries_enabled, corpus=corpus, model_options=model_options,
+        crf_options=crf_options,
     )  # fmt: skip
     out = []
     with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
@@ -475,8 +535,9 @@ def stanza_options(stanza_model: str | None) -> dict[str, Any]:
 
 
 RECOGNIZERS_HELP = (
-    "Comma-separated recognizers: rules, lists, presidio, stanza, model:DIR (from "
-    "detect-train; in detect-eval --cv, a bare `model` is trained per fold)."
+    "Comma-separated recognizers: rules, lists, crf (the shipped CRF) or crf:DIR (from "
+    "detect-train-crf), presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, "
+    "a bare `crf` or `model` is trained per fold."
 )
 STANZA_HELP = (
     "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
@@ -488,7 +549,7 @@ STANZA_HELP = (
 class DetectOptions:
     """Options of ``phisieve detect``."""
 
-    recognizers: str = option("rules,lists", RECOGNIZERS_HELP)
+    recognizers: str = option(",".join(DEFAULT_RECOGNIZERS), RECOGNIZERS_HELP)
     min_score: str = option(
         "0", "Drop detections scored below this: 0.5, or presidio=0.85,rules=0."
     )
@@ -645,7 +706,7 @@ def evaluate(
 
 def evaluate_corpus(
     corpus: str | os.PathLike[str],
-    recognizers: Iterable[str] = ("rules", "lists"),
+    recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""

@@ -1,0 +1,212 @@
+"""``phisieve detect-train-crf``: the ``crf`` recognizer trained on annotated notes.
+
+Every word of the notes gets the features of :func:`~phisieve.detect.recognizers.crf.
+crf_features` (with the spans that ``rules`` and ``lists`` find in them, as ``detect``
+computes them, and the dictionaries' statistics of the notes) and the category of the gold
+span it overlaps (``O`` outside). CRFsuite fits the linear-chain CRF with L-BFGS and elastic-net
+regularisation; the fit is deterministic, so the same notes and options give the same model
+file. The shipped model (:data:`~phisieve.detect.recognizers.crf.SHIPPED`) was made with
+``make crf-model``::
+
+    phisieve detect-train-crf ../shared/data/physionet-deid \
+        --out python/phisieve/detect/models/crf-physionet
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ..errors import ConfigError, InputError
+from ..pipeline.options import option
+from ..pipeline.progress import progress_bar
+from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
+from .labels import category
+from .recognizers.crf import (
+    FORMAT,
+    INFO_FILE,
+    MODEL_FILE,
+    crf_features,
+    feature_columns,
+    overlaps,
+    sequences,
+    token_table,
+)
+
+__all__ = ["CrfTrainOptions", "DetectTrainCrfStage", "train_crf", "word_labels"]
+
+TRAINED_WITH = ("rules", "lists")
+"""The recognizers whose spans are the CRF's features, as ``detect`` runs them by default."""
+
+
+@dataclass(frozen=True)
+class CrfTrainOptions:
+    """Options of ``phisieve detect-train-crf``."""
+
+    c1: float = option(0.05, "L1 regularisation (sparser model).")
+    c2: float = option(0.01, "L2 regularisation.")
+    max_iterations: int = option(150, "L-BFGS iterations.")
+
+
+def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.DataFrame:
+    """``words`` (``row``, ``i``, ``s``, ``e``, sorted) with ``y``: the category
+    (:func:`~phisieve.detect.labels.category`) of a gold span the word overlaps (the earliest
+    starting one), ``O`` outside every gold span. ``doc_ids[row]`` names each row's note."""
+    spans = pl.from_arrow(gold.select(["doc_id", "spans"]))
+    assert isinstance(spans, pl.DataFrame)
+    spans = (
+        spans.with_columns(pl.col("doc_id").cast(pl.String))
+        .explode("spans")
+        .drop_nulls("spans")
+        .unnest("spans")
+        .select("doc_id", "start", "end", "label")
+    )
+    rows = pl.DataFrame(
+        {"doc_id": doc_ids, "row": range(len(doc_ids))},
+        schema={"doc_id": pl.String, "row": pl.Int64},
+    )
+    cats = {label: category(label) or "OTHER" for label in spans.get_column("label").unique()}
+    spans = spans.join(rows, on="doc_id").with_columns(
+        y=pl.col("label").replace_strict(cats, return_dtype=pl.String)
+    )
+    span_index, word_index = overlaps(words, spans)
+    hit = (
+        spans.select("start", "y")[span_index]
+        .with_columns(_word=pl.Series(word_index, dtype=pl.Int64))
+        .sort("_word", "start")
+        .group_by("_word", maintain_order=True)
+        .agg(pl.col("y").first())
+    )
+    y = np.full(words.height, "O", dtype=object)
+    y[hit.get_column("_word").to_numpy()] = hit.get_column("y").to_numpy()
+    return words.with_columns(y=pl.Series(y, dtype=pl.String))
+
+
+def train_crf(
+    documents: pa.Table,
+    gold: pa.Table,
+    out: str | Path,
+    options: CrfTrainOptions | None = None,
+    *,
+    corpus: Any = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train the ``crf`` recognizer on annotated notes and write its folder.
+
+    Parameters
+    ----------
+    documents, gold
+        The notes (``doc_id``, ``text``, ``patient_id`` when known) and their gold ``spans``
+        table.
+    out
+        The folder to write: ``crf.crfsuite`` and ``phisieve.json`` (format, options,
+        counts; no text).
+    options
+        Regularisation and iterations (:class:`CrfTrainOptions`).
+    corpus
+        The notes the dictionaries' statistics are counted over, when not ``documents``
+        (as :func:`phisieve.detect.detect`'s ``corpus``).
+    progress
+        Show progress.
+
+    Returns
+    -------
+    dict
+        What ``phisieve.json`` records, and the seconds taken.
+    """
+    import pycrfsuite
+
+    from ..io.sources import open_source
+    from .run import _detect_batch, detector
+
+    o = options or CrfTrainOptions()
+    if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1:
+        raise ConfigError("c1 and c2 must be >= 0 and max_iterations >= 1")
+    started = time.perf_counter()
+    src = open_source(documents, 4096)
+    found = detector(src, TRAINED_WITH, corpus=corpus, progress=progress)
+    texts = documents.column("text").combine_chunks()
+    doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
+    tok, spans = _detect_batch(
+        texts, found.recognizers, {}, set(), found.thresholds, None, found.learnt
+    )
+    assert tok is not None
+    feats = crf_features(token_table(texts, tok), spans)
+    labelled = word_labels(feats, gold, doc_ids).sort("row", "i")
+    phi_words = int((labelled.get_column("y") != "O").sum())
+    if not phi_words:
+        raise InputError("the annotated notes have no gold PHI span to learn from")
+    xs = sequences(
+        labelled.select("row", "i", f=pl.concat_list(feature_columns(labelled))), len(doc_ids)
+    )
+    ys = sequences(labelled.select("row", "i", f=pl.col("y")), len(doc_ids))
+    trainer = pycrfsuite.Trainer(verbose=False)
+    with progress_bar("detect-train-crf", total=len(xs), unit="notes", enabled=progress) as adv:
+        for x, y in zip(xs, ys, strict=True):
+            if x:
+                trainer.append(x, y)
+            adv(1)
+    trainer.set_params(
+        {
+            "c1": o.c1,
+            "c2": o.c2,
+            "max_iterations": o.max_iterations,
+            "feature.possible_transitions": True,
+        }
+    )
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    trainer.train(str(folder / MODEL_FILE))
+    info = {
+        "format": FORMAT,
+        "options": asdict(o),
+        "notes": len(doc_ids),
+        "words": labelled.height,
+        "phi_words": phi_words,
+        "labels": sorted(set(labelled.get_column("y").unique().to_list())),
+        "features_from": list(TRAINED_WITH),
+    }
+    (folder / INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    return {**info, "seconds": time.perf_counter() - started}
+
+
+class DetectTrainCrfStage(Stage):
+    """``phisieve detect-train-crf``: the ``crf`` recognizer trained on annotated notes
+    (:func:`train_crf`); its output folder is used as ``detect --recognizers
+    rules,lists,crf:OUT``."""
+
+    name = "detect-train-crf"
+    help = (
+        "Train the CRF recognizer on annotated notes, for "
+        "`detect --recognizers rules,lists,crf:OUT`."
+    )
+    Options = CrfTrainOptions
+    inputs = (
+        Input(
+            "annotated",
+            "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
+            "or a spans dataset (with --docs).",
+            kind=PATH,
+            positional=True,
+        ),
+        Input("docs", "The documents of a spans dataset given as ANNOTATED.", required=False),
+    )
+    output = Output(FOLDER, "The model folder to write.")
+
+    def check(self) -> None:
+        o = self.options
+        if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1:
+            raise ConfigError("c1 and c2 must be >= 0 and max_iterations >= 1")
+
+    def build(self, ctx: Context, target: Path) -> None:
+        from .train import read_annotated
+
+        documents, gold = read_annotated(ctx.path("annotated"), ctx.values.get("docs"))
+        ctx.stats.update(train_crf(documents, gold, target, self.options, progress=ctx.progress))

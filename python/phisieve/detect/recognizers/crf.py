@@ -1,0 +1,348 @@
+"""The ``crf`` recognizer: a linear-chain CRF over words that tags PHI and vets the other
+recognizers' spans (DESIGN.md §3).
+
+The classic de-identification recipe (word shape, affixes, dictionaries, context words),
+plus what the other recognizers found: each word carries the sources of the ``rules`` and
+``lists`` spans that cover it, so the CRF learns how far to trust each rule in its context.
+Two uses of its per-word probabilities:
+
+* **tagging**: words whose most likely tag (Viterbi) is a PHI category become spans
+  (source ``crf:LABEL``), which finds PHI that no rule or list knows;
+* **vetting**: a ``rules``/``lists`` span of a category the CRF learnt is dropped when the
+  CRF gives every word it covers a PHI probability below ``verify`` (:data:`VERIFY`):
+  single-source false alarms, where the precision of the hand-written recognizers goes.
+
+A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~100 kB),
+reproducible with ``phisieve detect-train-crf ../shared/data/physionet-deid --out DIR``
+(:func:`phisieve.detect.crf_train.train_crf`); CRFsuite's L-BFGS training is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ...errors import ConfigError
+from ...text.words import tokenize
+from ..labels import category
+
+__all__ = [
+    "FORMAT",
+    "SHIPPED",
+    "VERIFY",
+    "CrfRecognizer",
+    "crf_features",
+    "feature_columns",
+    "token_table",
+]
+
+FORMAT = "phisieve-crf-1"
+"""The version of the feature set a model was trained with; a model of another format is
+refused (its features would not match)."""
+
+SHIPPED = Path(__file__).resolve().parent.parent / "models" / "crf-physionet"
+"""The CRF trained on the PhysioNet deid notes that ships with phisieve."""
+
+VERIFY = 0.005
+"""A ``rules``/``lists`` span is kept when the CRF gives at least one of its words this PHI
+probability (1 - P(O)). See ``benches/RESULTS.md`` for how it was chosen (patient-level CV)."""
+
+MODEL_FILE = "crf.crfsuite"
+INFO_FILE = "phisieve.json"
+
+SPAN_SCHEMA = {
+    "row": pl.Int64,
+    "start": pl.Int32,
+    "end": pl.Int32,
+    "label": pl.String,
+    "source": pl.String,
+    "score": pl.Float32,
+}
+
+
+def _char_class(cp: np.ndarray) -> np.ndarray:
+    """A code point as a feature: ``d`` digit, ``a`` letter, ``_`` space, ``N`` line break,
+    ``^`` none (start or end of the note), else the character itself."""
+    out = np.array([chr(c) if c else "^" for c in cp.tolist()], dtype=object)
+    text = out.astype(str)
+    out[np.char.isdigit(text)] = "d"
+    out[np.char.isalpha(text)] = "a"
+    out[(text == " ") | (text == "\t") | (text == "\r")] = "_"
+    out[text == "\n"] = "N"
+    out[cp == 0] = "^"
+    return out
+
+
+def token_table(texts: pa.Array, words: pl.DataFrame) -> pl.DataFrame:
+    """``words`` (the dictionaries' word table: ``row``, ``i``, ``s``, ``e``, ``w`` and the
+    lexicon columns, :func:`~phisieve.detect.recognizers.dictionaries.features`) with the
+    word as written (``raw``) and the characters just before (``cb``) and after (``ca``)."""
+    raw = tokenize(texts, normalize="none")
+    written = pl.from_arrow(
+        pa.RecordBatch.from_arrays([raw.column(0), raw.column(2)], ["s", "raw"])
+    )
+    assert isinstance(written, pl.DataFrame)
+    written = (
+        written.with_row_index("row")
+        .explode(["s", "raw"])
+        .drop_nulls("raw")
+        .select(pl.col("row").cast(pl.Int64), pl.col("s").cast(pl.Int64), "raw")
+    )
+    tok = words.join(written, on=["row", "s"], how="left").sort("row", "i")
+    notes = [t or "" for t in texts.to_pylist()]
+    # Code points of all notes back to back, a 0 between notes (start and end markers).
+    cps = np.frombuffer("\0".join(["", *notes, ""]).encode("utf-32-le"), dtype=np.uint32)
+    base = np.cumsum([1] + [len(t) + 1 for t in notes])[:-1]
+    rows = tok.get_column("row").to_numpy()
+    s = tok.get_column("s").to_numpy() + base[rows]
+    e = tok.get_column("e").to_numpy() + base[rows]
+    return tok.with_columns(
+        cb=pl.Series(_char_class(cps[s - 1]), dtype=pl.String),
+        ca=pl.Series(_char_class(cps[e]), dtype=pl.String),
+    )
+
+
+def _shape(col: pl.Expr) -> pl.Expr:
+    """``Xxxx`` -> ``Xx``, ``12/03`` -> ``d/d``: letter case and digits, runs collapsed."""
+    return (
+        col.str.replace_all(r"\p{Lu}+", "X")
+        .str.replace_all(r"\p{Ll}+", "x")
+        .str.replace_all(r"\p{N}+", "d")
+        .str.replace_all(r"[^Xxd]+", "o")
+    )
+
+
+def overlaps(words: pl.DataFrame, spans: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Every (span, word) pair that overlaps, as two index arrays (rows of ``spans`` and of
+    ``words``). ``words`` (``row``, ``s``, ``e``) are sorted and do not overlap, as words do;
+    ``spans`` (``row``, ``start``, ``end``) may be in any order and overlap. Linear in the
+    words, spans and pairs (binary searches), never a join of every span with every word."""
+    if words.height == 0 or spans.height == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def keys(frame: pl.DataFrame, row: str, at: str) -> np.ndarray:
+        return (frame.get_column(row).to_numpy().astype(np.int64) << 32) + frame.get_column(
+            at
+        ).to_numpy().astype(np.int64)
+
+    word_s, word_e = keys(words, "row", "s"), keys(words, "row", "e")
+    # A span [a, b) overlaps the words with e > a and s < b: a run, as words are sorted.
+    lo = np.searchsorted(word_e, keys(spans, "row", "start"), side="right")
+    hi = np.searchsorted(word_s, keys(spans, "row", "end"), side="left")
+    counts = np.maximum(hi - lo, 0)
+    span_index = np.repeat(np.arange(spans.height), counts)
+    first = np.repeat(lo - np.cumsum(counts) + counts, counts)
+    return span_index, first + np.arange(int(counts.sum()))
+
+
+def _covering(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Per word (``row``, ``i``): the sorted, ``|``-joined ``recognizer:LABEL`` of the spans
+    that cover it."""
+    span_index, word_index = overlaps(tok, spans)
+    if not len(span_index):
+        return pl.DataFrame(schema={"row": pl.Int64, "i": pl.Int64, "srcs": pl.String})
+    named = spans.select(src=pl.col("source").str.split("+"), label=pl.col("label")).with_columns(
+        src=pl.col("src").list.eval(pl.element().str.replace(r":.*", "")),
+    )
+    pairs = pl.DataFrame({"_span": span_index, "_word": word_index})
+    return (
+        pairs.join(named.with_row_index("_span").cast({"_span": pl.Int64}), on="_span")
+        .join(tok.select("row", "i").with_row_index("_word").cast({"_word": pl.Int64}), on="_word")
+        .explode("src")
+        .with_columns(src=pl.col("src") + ":" + pl.col("label"))
+        .group_by("row", "i")
+        .agg(pl.col("src").unique().sort().str.join("|").alias("srcs"))
+    )
+
+
+def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Each word's CRF features (``row``, ``i``, ``s``, ``e``, then one string column per
+    feature, :func:`feature_columns`) from
+    :func:`token_table` and the other recognizers' merged ``spans`` (``row``, ``start``,
+    ``end``, ``label``, ``source``). Features of format :data:`FORMAT`."""
+    tok = tok.join(_covering(tok, spans), on=["row", "i"], how="left").sort("row", "i")
+    patients = pl.col("patients")
+    tok = tok.with_columns(
+        shp=_shape(pl.col("raw").fill_null("")),
+        p3=pl.col("w").str.slice(0, 3),
+        s3=pl.col("w").str.slice(-3),
+        zb=(pl.col("zipf") * 2).round().cast(pl.Int32).cast(pl.String),
+        pb=pl.when(patients.is_null())
+        .then(pl.lit("na"))
+        .when(patients <= 1)
+        .then(pl.lit("1"))
+        .when(patients <= 2)
+        .then(pl.lit("2"))
+        .when(patients <= 5)
+        .then(pl.lit("5"))
+        .otherwise(pl.lit("many")),
+        ln=pl.col("w").str.len_chars().clip(0, 10).cast(pl.String),
+        srcs=pl.col("srcs").fill_null(""),
+    )
+
+    def at(col: str, k: int) -> pl.Expr:
+        # The word k places away in the same note ("#" past its ends); words are sorted.
+        same = pl.col("row").shift(-k) == pl.col("row")
+        return pl.when(same).then(pl.col(col).shift(-k)).otherwise(pl.lit("#"))
+
+    def flag(col: str) -> pl.Expr:
+        return pl.col(col).cast(pl.String).fill_null("na")
+
+    feats: list[pl.Expr] = [
+        pl.lit("bias"),
+        "w=" + pl.col("w"),
+        "shp=" + pl.col("shp"),
+        "p3=" + pl.col("p3"),
+        "s3=" + pl.col("s3"),
+        "zb=" + pl.col("zb"),
+        "pb=" + pl.col("pb"),
+        "ln=" + pl.col("ln"),
+        "cb=" + pl.col("cb"),
+        "ca=" + pl.col("ca"),
+        "src=" + pl.col("srcs"),
+        *(f"{c}=" + flag(c) for c in ("first", "last", "vocab", "noun", "unit", "cap", "upper")),
+        "brk=" + flag("brk"),
+        "w-1|w=" + at("w", -1) + "|" + pl.col("w"),
+        "w|w+1=" + pl.col("w") + "|" + at("w", 1),
+    ]
+    for k in (-2, -1, 1, 2):
+        feats += [
+            f"w{k:+d}=" + at("w", k),
+            f"shp{k:+d}=" + at("shp", k),
+            f"src{k:+d}=" + at("srcs", k),
+        ]
+    return tok.select("row", "i", "s", "e", *(f.alias(f"f{k:02d}") for k, f in enumerate(feats)))
+
+
+def feature_columns(features: pl.DataFrame) -> list[str]:
+    """The feature columns of :func:`crf_features`' table, in order."""
+    return [c for c in features.columns if c.startswith("f") and c[1:].isdigit()]
+
+
+def sequences(values: pl.DataFrame, rows: int) -> list[list[Any]]:
+    """The ``f`` values of each note ``0 .. rows-1`` (``values``: ``row``, ``i``, ``f``; an
+    empty list for a note with no word), words in order: what CRFsuite's trainer takes."""
+    out: list[list[Any]] = [[] for _ in range(rows)]
+    for (row,), group in values.sort("row", "i").group_by(["row"], maintain_order=True):
+        out[int(row)] = group.get_column("f").to_list()
+    return out
+
+
+def load_tagger(path: Path) -> Any:
+    """The CRFsuite model at ``path`` as phisieve's Rust tagger (:class:`phisieve._core.
+    CrfTagger`): its weights as CRFsuite's own dump gives them (to 6 decimals)."""
+    import pycrfsuite
+
+    from ... import _core
+
+    reader = pycrfsuite.Tagger()
+    reader.open(str(path))
+    dump = reader.info()
+    labels = sorted(dump.labels, key=lambda name: int(dump.labels[name]))
+    at = {name: i for i, name in enumerate(labels)}
+    attributes = sorted({attr for attr, _ in dump.state_features})
+    row = {attr: i for i, attr in enumerate(attributes)}
+    weights = np.zeros((len(attributes), len(labels)))
+    for (attr, label), w in dump.state_features.items():
+        weights[row[attr], at[label]] = w
+    transitions = np.zeros((len(labels), len(labels)))
+    for (a, b), w in dump.transitions.items():
+        transitions[at[a], at[b]] = w
+    reader.close()
+    return _core.CrfTagger(
+        labels, attributes, weights.ravel().tolist(), transitions.ravel().tolist()
+    )
+
+
+def read_info(folder: Path) -> dict[str, Any]:
+    """A CRF model folder's ``phisieve.json``, checked."""
+    info_path = folder / INFO_FILE
+    if not (folder / MODEL_FILE).is_file() or not info_path.is_file():
+        raise ConfigError(f"{folder} is not a CRF model folder (no {MODEL_FILE} and {INFO_FILE})")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    if info.get("format") != FORMAT:
+        raise ConfigError(
+            f"{folder} holds a CRF of format {info.get('format')!r}; this phisieve reads "
+            f"{FORMAT!r} (train it again with detect-train-crf)"
+        )
+    return info
+
+
+@dataclass
+class Tagged:
+    """What the CRF made of a batch: its spans (:data:`SPAN_SCHEMA`) and each word's PHI
+    probability (``row``, ``s``, ``e``, ``p``)."""
+
+    spans: pl.DataFrame
+    words: pl.DataFrame
+
+
+class CrfRecognizer:
+    """A trained CRF (a folder from ``detect-train-crf``; default :data:`SHIPPED`).
+
+    Parameters
+    ----------
+    folder
+        The model folder (``crf.crfsuite`` and ``phisieve.json``).
+    verify
+        The PHI probability at least one word of a ``rules``/``lists`` span needs for the span
+        to be kept (0 keeps every span).
+    """
+
+    def __init__(self, folder: str | Path | None = None, verify: float = VERIFY) -> None:
+        self.folder = Path(folder) if folder is not None else SHIPPED
+        self.info = read_info(self.folder)
+        if not 0.0 <= verify <= 1.0:
+            raise ConfigError(f"the CRF's verify threshold must be in [0, 1], not {verify}")
+        self.verify = verify
+        self._tagger = load_tagger(self.folder / MODEL_FILE)
+        self._labels = list(self._tagger.labels)
+
+    def tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
+        """Tag the words of notes (:func:`token_table`), given the other recognizers'
+        merged ``spans``."""
+        feats = crf_features(tok, spans).sort("row", "i")
+        per_note = feats.group_by("row", maintain_order=True).len().get_column("len")
+        labels, marginals = self._tagger.tag(
+            [feats.get_column(c).to_arrow() for c in feature_columns(feats)],
+            per_note.cast(pl.Int64).to_arrow(),
+        )
+        n_labels = len(self._labels)
+        p = np.asarray(marginals).reshape(-1, n_labels)
+        p_phi = 1.0 - p[:, self._labels.index("O")] if "O" in self._labels else np.ones(len(p))
+        names = np.asarray(self._labels, dtype=object)[np.asarray(labels)]
+        words = feats.select("row", "s", "e").with_columns(
+            tag=pl.Series(names, dtype=pl.String), p=pl.Series(p_phi, dtype=pl.Float64)
+        )
+        found = words.filter(pl.col("tag") != "O").select(
+            "row",
+            pl.col("s").alias("start"),
+            pl.col("e").alias("end"),
+            pl.col("tag").alias("label"),
+            ("crf:" + pl.col("tag")).alias("source"),
+            pl.col("p").alias("score"),
+        )
+        return Tagged(found.cast(SPAN_SCHEMA), words.drop("tag"))
+
+    def vet(self, spans: pl.DataFrame, words: pl.DataFrame) -> pl.DataFrame:
+        """``spans`` without those whose words all have a PHI probability below
+        :attr:`verify`. The CRF vets only what it learnt: spans over no word, and spans of a
+        category it was never trained on (e-mail addresses and identifiers, absent from the
+        PhysioNet notes), are kept."""
+        if spans.height == 0 or self.verify <= 0:
+            return spans
+        learnt = [c for c in self._labels if c != "O"]
+        kinds = {label: category(label) for label in spans.get_column("label").unique()}
+        vetted = spans.get_column("label").replace_strict(kinds, return_dtype=pl.String)
+        span_index, word_index = overlaps(words, spans)
+        best = np.full(spans.height, np.nan)
+        p = words.get_column("p").to_numpy()
+        np.fmax.at(best, span_index, p[word_index])
+        keep = ~vetted.is_in(learnt).to_numpy() | np.isnan(best) | (best >= self.verify)
+        return spans.filter(pl.Series(keep))

@@ -1,0 +1,244 @@
+"""The `crf` recognizer: Rust inference against CRFsuite and a plain-Python reference, its
+training, vetting of the other recognizers' spans, the shipped model and cross-validation
+(issue 28)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pycrfsuite
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phisieve import _core
+from phisieve.detect.crf_train import CrfTrainOptions, train_crf, word_labels
+from phisieve.detect.cv import cross_validate
+from phisieve.detect.recognizers.crf import (
+    FORMAT,
+    SHIPPED,
+    CrfRecognizer,
+    crf_features,
+    feature_columns,
+    overlaps,
+    token_table,
+)
+from phisieve.detect.run import DEFAULT_RECOGNIZERS, _detect_batch, detect, detector
+from phisieve.errors import ConfigError
+from phisieve.io.physionet import read_physionet
+from phisieve.io.sources import open_source
+
+
+def reference_tag(state: np.ndarray, trans: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Viterbi and forward-backward in plain Python over every labelling (short sequences)."""
+    n, labels = state.shape
+    scores = {}
+    for code in range(labels**n):
+        y = [code // labels**t % labels for t in range(n)]
+        scores[tuple(y)] = sum(state[t, y[t]] for t in range(n)) + sum(
+            trans[y[t - 1], y[t]] for t in range(1, n)
+        )
+    best = max(scores, key=lambda y: scores[y])
+    top = max(scores.values())
+    z = sum(math.exp(s - top) for s in scores.values())
+    marginals = np.zeros((n, labels))
+    for y, s in scores.items():
+        for t in range(n):
+            marginals[t, y[t]] += math.exp(s - top) / z
+    return list(best), marginals
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    labels=st.integers(1, 3),
+    lengths=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_rust_tagger_equals_the_reference(labels, lengths, data):
+    attrs = ["a", "b", "c", "d"]
+    weight = st.floats(-3, 3, allow_nan=False)
+    weights = np.array(data.draw(st.lists(weight, min_size=4 * labels, max_size=4 * labels)))
+    trans = np.array(data.draw(st.lists(weight, min_size=labels**2, max_size=labels**2)))
+    positions = sum(lengths)
+    # Two attribute columns; "zz" is unknown to the model and a null is no attribute.
+    pick = st.sampled_from([*attrs, "zz", None])
+    columns = [data.draw(st.lists(pick, min_size=positions, max_size=positions)) for _ in "xy"]
+    names = [f"L{i}" for i in range(labels)]
+    tagger = _core.CrfTagger(names, attrs, weights.tolist(), trans.tolist())
+    assert tagger.labels == names
+    got_labels, got_marginals = tagger.tag(
+        [pa.array(c, pa.string()) for c in columns], pa.array(lengths, pa.int64())
+    )
+    got_labels = got_labels.to_pylist()
+    got_marginals = np.asarray(got_marginals).reshape(-1, labels)
+    w = weights.reshape(4, labels)
+    state = np.zeros((positions, labels))
+    for t in range(positions):
+        for c in columns:
+            if c[t] in attrs:
+                state[t] += w[attrs.index(c[t])]
+    at = 0
+    for n in lengths:
+        best, marginals = reference_tag(state[at : at + n], trans.reshape(labels, labels))
+        scores = [
+            sum(state[at + t, y[t]] for t in range(n))
+            + sum(trans.reshape(labels, labels)[y[t - 1], y[t]] for t in range(1, n))
+            for y in (best, got_labels[at : at + n])
+        ]
+        # The best labelling (its score: ties between labellings may pick either).
+        assert scores[1] == pytest.approx(scores[0], abs=1e-9)
+        np.testing.assert_allclose(got_marginals[at : at + n], marginals, atol=1e-9)
+        at += n
+
+
+def test_bad_tagger_input_is_an_error_without_values():
+    with pytest.raises(Exception, match="weights"):
+        _core.CrfTagger(["O"], ["a"], [1.0, 2.0], [0.0])
+    tagger = _core.CrfTagger(["O"], ["secret"], [1.0], [0.0])
+    with pytest.raises(Exception, match="positions") as e:
+        tagger.tag([pa.array(["secret"])], pa.array([2], pa.int64()))
+    assert "secret" not in str(e.value)
+    with pytest.raises(Exception, match="int64"):
+        tagger.tag([pa.array(["a"])], pa.array([1], pa.int32()))
+
+
+def test_overlaps_pairs_each_span_with_the_words_it_touches():
+    words = pl.DataFrame({"row": [0, 0, 0, 1, 1], "s": [0, 5, 9, 0, 4], "e": [4, 8, 12, 3, 7]})
+    spans = pl.DataFrame(
+        {"row": [1, 0, 0, 0, 1], "start": [2, 6, 3, 12, 8], "end": [5, 10, 4, 14, 9]}
+    )
+    span_index, word_index = overlaps(words, spans)
+    pairs = sorted(zip(span_index.tolist(), word_index.tolist(), strict=True))
+    # span 0 (row 1, 2-5) touches words 3 and 4; span 1 (6-10) words 1 and 2; span 2 (3-4)
+    # word 0; spans 3 and 4 touch nothing.
+    assert pairs == [(0, 3), (0, 4), (1, 1), (1, 2), (2, 0)]
+    brute = sorted(
+        (j, i)
+        for j, sp in enumerate(spans.iter_rows(named=True))
+        for i, w in enumerate(words.iter_rows(named=True))
+        if w["row"] == sp["row"] and w["s"] < sp["end"] and w["e"] > sp["start"]
+    )
+    assert pairs == brute
+
+
+@pytest.fixture(scope="module")
+def physionet(physionet_dir: Path) -> tuple[pa.Table, pa.Table]:
+    return read_physionet(physionet_dir)
+
+
+def test_shipped_model_tags_like_crfsuite(physionet):
+    documents, _ = physionet
+    sample = documents.slice(0, 60)
+    found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
+    texts = sample.column("text").combine_chunks()
+    tok, spans = _detect_batch(
+        texts, found.recognizers, {}, set(), found.thresholds, found.models, found.learnt
+    )
+    words = token_table(texts, tok)
+    feats = crf_features(words, spans).sort("row", "i")
+    crf = found.crf
+    tagged = crf.tag(words, spans)
+    reference = pycrfsuite.Tagger()
+    reference.open(str(SHIPPED / "crf.crfsuite"))
+    rows = feats.get_column("row").to_list()
+    values = feats.select(feature_columns(feats)).rows()
+    tags, p_phi = [], []
+    for row in sorted(set(rows)):
+        seq = [list(v) for r, v in zip(rows, values, strict=True) if r == row]
+        tags += reference.tag(seq)
+        p_phi += [1 - reference.marginal("O", t) for t in range(len(seq))]
+    got = tagged.spans.select("start", "end", "label").rows()
+    starts, ends = feats.get_column("s").to_list(), feats.get_column("e").to_list()
+    want = [(s, e, t) for s, e, t in zip(starts, ends, tags, strict=True) if t != "O"]
+    assert sorted(got) == sorted(want)
+    assert any(t != "O" for t in tags)
+    # The dump gives the weights to 6 decimals.
+    np.testing.assert_allclose(tagged.words.get_column("p").to_numpy(), p_phi, atol=1e-4)
+
+
+def test_vetting_drops_unlikely_spans_of_learnt_categories_only():
+    crf = CrfRecognizer(verify=0.2)
+    spans = pl.DataFrame(
+        {
+            "row": [0, 0, 0, 0],
+            "start": [0, 10, 20, 40],
+            "end": [4, 14, 30, 41],
+            "label": ["NAME", "NAME", "EMAIL", "DATE"],
+            "source": ["lists:NAME", "rules:name_title", "rules:email", "rules:x"],
+            "score": [1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    words = pl.DataFrame(
+        {"row": [0, 0, 0, 0], "s": [0, 10, 20, 26], "e": [4, 14, 25, 30], "p": [0.1, 0.5, 0.0, 0.0]}
+    )
+    kept = crf.vet(spans, words)
+    # NAME at 0-4 is below 0.2: dropped. The e-mail address is a category the model never
+    # learnt: kept. The span at 40-41 covers no word: kept.
+    assert kept.get_column("start").to_list() == [10, 20, 40]
+    assert CrfRecognizer(verify=0.0).vet(spans, words).height == 4
+    with pytest.raises(ConfigError, match="verify"):
+        CrfRecognizer(verify=1.5)
+
+
+def test_word_labels_take_the_earliest_gold_span():
+    words = pl.DataFrame({"row": [0, 0, 1], "i": [0, 1, 0], "s": [0, 5, 0], "e": [4, 9, 3]})
+    span = lambda s, e, label: {"start": s, "end": e, "label": label, "source": "g", "score": 1.0}  # noqa: E731
+    gold = pa.table(
+        {"doc_id": ["a", "b"], "spans": [[span(5, 7, "Date"), span(3, 6, "HCPName")], []]}
+    )
+    got = word_labels(words, gold, ["a", "b"]).get_column("y").to_list()
+    assert got == ["NAME", "NAME", "O"]
+
+
+def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
+    documents, gold = physionet
+    ids = documents.column("patient_id").to_pylist()
+    keep = [i for i, p in enumerate(ids) if p in set(sorted(set(ids))[:12])]
+    docs, golds = documents.take(keep), gold
+    options = CrfTrainOptions(max_iterations=40)
+    first = train_crf(docs, golds, tmp_path / "a", options)
+    train_crf(docs, golds, tmp_path / "b", options)
+    assert (tmp_path / "a" / "crf.crfsuite").read_bytes() == (
+        tmp_path / "b" / "crf.crfsuite"
+    ).read_bytes()
+    info = json.loads((tmp_path / "a" / "phisieve.json").read_text())
+    assert info["format"] == FORMAT and info["notes"] == len(keep)
+    assert info["options"] == {"c1": 0.05, "c2": 0.01, "max_iterations": 40}
+    assert first["phi_words"] > 0 and "O" in info["labels"]
+    # No text of the notes in what the model folder records.
+    assert not any(w in json.dumps(info) for w in ("Dr.", "Hospital"))
+    found = detect(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])
+    sources = {s["source"] for row in found.column("spans").to_pylist() for s in row}
+    assert any("crf:" in s for s in sources)
+
+
+def test_model_folders_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match="not a CRF model folder"):
+        CrfRecognizer(tmp_path)
+    shutil.copytree(SHIPPED, tmp_path / "old")
+    info = json.loads((tmp_path / "old" / "phisieve.json").read_text())
+    (tmp_path / "old" / "phisieve.json").write_text(json.dumps({**info, "format": "x"}))
+    with pytest.raises(ConfigError, match="format 'x'"):
+        CrfRecognizer(tmp_path / "old")
+    with pytest.raises(ConfigError, match="crf recognizer once"):
+        detect(pa.table({"doc_id": ["a"], "text": ["x"]}), ["crf", f"crf:{SHIPPED}"])
+
+
+def test_cross_validation_never_uses_a_trained_crf(physionet):
+    documents, gold = physionet
+    with pytest.raises(ConfigError, match="may have seen the held-out"):
+        cross_validate(documents, gold, ["rules", f"crf:{SHIPPED}"], k=2)
+
+
+def test_default_detection_runs_the_shipped_crf():
+    assert DEFAULT_RECOGNIZERS == ("rules", "lists", "crf")
+    text = "Seen 7/22/97 by Dr. Quaxley Mesite; e-mail jo@example.org."
+    found = detect(pa.table({"doc_id": ["a"], "text": [text]}))
+    spans = found.column("spans").to_pylist()[0]
+    assert {text[s["start"] : s["end"]] for s in spans} >= {"7/22/97", "Mesite", "jo@example.org"}
