@@ -285,8 +285,9 @@ mod tests {
         for (t, row) in state.chunks_exact_mut(l).enumerate() {
             for column in &columns {
                 if let Some(&k) = column.get(t).and_then(|name| crf.index.get(name)) {
-                    for j in 0..l {
-                        row[j] += crf.weights[k as usize * l + j];
+                    let w = &crf.weights[k as usize * l..(k as usize + 1) * l];
+                    for (x, y) in row.iter_mut().zip(w) {
+                        *x += y;
                     }
                 }
             }
