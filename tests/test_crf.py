@@ -209,13 +209,27 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
     ).read_bytes()
     info = json.loads((tmp_path / "a" / "phisieve.json").read_text())
     assert info["format"] == FORMAT and info["notes"] == len(keep)
-    assert info["options"] == {"c1": 0.05, "c2": 0.01, "max_iterations": 40}
+    assert info["options"] == {
+        "c1": 0.05,
+        "c2": 0.01,
+        "max_iterations": 40,
+        "drop_spans": 0.15,
+        "seed": 0,
+    }
     assert first["phi_words"] > 0 and "O" in info["labels"]
     # No text of the notes in what the model folder records.
     assert not any(w in json.dumps(info) for w in ("Dr.", "Hospital"))
     found = detect(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])
     sources = {s["source"] for row in found.column("spans").to_pylist() for s in row}
     assert any("crf:" in s for s in sources)
+
+
+def test_training_options_are_checked(physionet, tmp_path):
+    documents, gold = physionet
+    for bad in (CrfTrainOptions(drop_spans=1.0), CrfTrainOptions(c1=-1.0)):
+        with pytest.raises(ConfigError):
+            train_crf(documents.slice(0, 2), gold, tmp_path / "m", bad)
+    assert not (tmp_path / "m").exists()
 
 
 def test_model_folders_are_checked(tmp_path):
