@@ -29,7 +29,7 @@ from phisieve.detect.recognizers.crf import (
     overlaps,
     token_table,
 )
-from phisieve.detect.run import DEFAULT_RECOGNIZERS, _detect_batch, detect, detector
+from phisieve.detect.run import DEFAULT_RECOGNIZERS, detect, detector
 from phisieve.errors import ConfigError
 from phisieve.io.physionet import read_physionet
 from phisieve.io.sources import open_source
@@ -137,9 +137,7 @@ def test_shipped_model_tags_like_crfsuite(physionet):
     sample = documents.slice(0, 60)
     found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
     texts = sample.column("text").combine_chunks()
-    tok, spans = _detect_batch(
-        texts, found.recognizers, {}, set(), found.thresholds, found.models, found.learnt
-    )
+    tok, spans = found.found(texts)
     words = token_table(texts, tok)
     feats = crf_features(words, spans).sort("row", "i")
     crf = found.crf

@@ -146,7 +146,7 @@ def train_crf(
     import pycrfsuite
 
     from ..io.sources import open_source
-    from .run import _detect_batch, detector
+    from .run import detector
 
     o = options or CrfTrainOptions()
     _check(o)
@@ -155,9 +155,7 @@ def train_crf(
     found = detector(src, TRAINED_WITH, corpus=corpus, progress=progress)
     texts = documents.column("text").combine_chunks()
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
-    tok, spans = _detect_batch(
-        texts, found.recognizers, {}, set(), found.thresholds, None, found.learnt
-    )
+    tok, spans = found.found(texts)
     assert tok is not None
     if o.drop_spans > 0 and spans.height:
         hidden = np.random.default_rng(o.seed).random(spans.height) < o.drop_spans

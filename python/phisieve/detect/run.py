@@ -55,7 +55,7 @@ from ..pipeline.progress import counted, progress_bar
 from ..pipeline.stage import PATH, Context, Input, Stage
 from ..pipeline.stats import Stats
 from ..text.words import normalize_word, tokenize
-from .recognizers import dictionaries
+from .recognizers import SPAN_ROWS, dictionaries
 
 __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 
@@ -292,17 +292,6 @@ def _allowed(rows: pl.DataFrame, texts: pa.Array, allow: set[str]) -> pl.DataFra
     return rows.filter(pl.Series(keep))
 
 
-SPAN_ROWS = {
-    "row": pl.Int64,
-    "start": pl.Int32,
-    "end": pl.Int32,
-    "label": pl.String,
-    "source": pl.String,
-    "score": pl.Float32,
-}
-"""Spans found in a batch, one row each: the note's row in the batch and the span."""
-
-
 def _spans_column(n: int, merged: pl.DataFrame) -> pa.ListArray:
     merged = merged.sort(["row", "start"])
     fields = ("start", "end", "label", "source", "score")
@@ -322,13 +311,18 @@ class Detector:
     models: dict[str, Any]
     learnt: _Dictionaries | None
 
-    def spans(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The ``spans`` rows (``doc_id``, ``spans``) of a batch of documents."""
-        texts = batch.column("text")
-        tok, merged = _detect_batch(
+    def found(self, texts: pa.Array) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+        """The merged spans of every recognizer but ``crf`` in ``texts``, and the
+        dictionaries' word table when they are learnt (:func:`_detect_batch`)."""
+        return _detect_batch(
             texts, self.recognizers, self.deny, self.allow, self.thresholds, self.models,
             self.learnt,
         )  # fmt: skip
+
+    def spans(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The ``spans`` rows (``doc_id``, ``spans``) of a batch of documents."""
+        texts = batch.column("text")
+        tok, merged = self.found(texts)
         crf = self.crf
         if crf is not None:
             assert tok is not None

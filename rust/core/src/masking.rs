@@ -288,7 +288,8 @@ fn bad_word_ids(word_ids: &[i32], row_index: usize) -> CoreError {
             ));
         }
     }
-    unreachable!("bad_word_ids called on valid word ids")
+    // Not reached from `fill` (it calls this only for invalid numbering).
+    CoreError::InvalidArgument(format!("sequence at row {row_index}: invalid word_ids"))
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@ import polars as pl
 import pyarrow as pa
 
 from ...errors import ConfigError
-from ...text.words import tokenize
 from ..labels import category
+from . import SPAN_ROWS
 
 __all__ = [
     "FORMAT",
@@ -56,15 +56,6 @@ probability (1 - P(O)). See ``benches/RESULTS.md`` for how it was chosen (patien
 MODEL_FILE = "crf.crfsuite"
 INFO_FILE = "phisieve.json"
 
-SPAN_SCHEMA = {
-    "row": pl.Int64,
-    "start": pl.Int32,
-    "end": pl.Int32,
-    "label": pl.String,
-    "source": pl.String,
-    "score": pl.Float32,
-}
-
 
 def _char_class(cp: np.ndarray) -> np.ndarray:
     """A code point as a feature: ``d`` digit, ``a`` letter, ``_`` space, ``N`` line break,
@@ -80,21 +71,10 @@ def _char_class(cp: np.ndarray) -> np.ndarray:
 
 
 def token_table(texts: pa.Array, words: pl.DataFrame) -> pl.DataFrame:
-    """``words`` (the dictionaries' word table: ``row``, ``i``, ``s``, ``e``, ``w`` and the
-    lexicon columns, :func:`~phisieve.detect.recognizers.dictionaries.features`) with the
-    word as written (``raw``) and the characters just before (``cb``) and after (``ca``)."""
-    raw = tokenize(texts, normalize="none")
-    written = pl.from_arrow(
-        pa.RecordBatch.from_arrays([raw.column(0), raw.column(2)], ["s", "raw"])
-    )
-    assert isinstance(written, pl.DataFrame)
-    written = (
-        written.with_row_index("row")
-        .explode(["s", "raw"])
-        .drop_nulls("raw")
-        .select(pl.col("row").cast(pl.Int64), pl.col("s").cast(pl.Int64), "raw")
-    )
-    tok = words.join(written, on=["row", "s"], how="left").sort("row", "i")
+    """``words`` (the dictionaries' word table of ``texts``: ``row``, ``i``, ``s``, ``e``,
+    ``w``, ``raw`` and the lexicon columns, :func:`~phisieve.detect.recognizers.dictionaries.
+    features`) with the characters just before (``cb``) and after (``ca``) each word."""
+    tok = words.sort("row", "i")
     notes = [t or "" for t in texts.to_pylist()]
     # Code points of all notes back to back, a 0 between notes (start and end markers).
     cps = np.frombuffer("\0".join(["", *notes, ""]).encode("utf-32-le"), dtype=np.uint32)
@@ -276,8 +256,8 @@ def read_info(folder: Path) -> dict[str, Any]:
 
 @dataclass
 class Tagged:
-    """What the CRF made of a batch: its spans (:data:`SPAN_SCHEMA`) and each word's PHI
-    probability (``row``, ``s``, ``e``, ``p``)."""
+    """What the CRF made of a batch: its spans (:data:`~phisieve.detect.recognizers.
+    SPAN_ROWS`) and each word's PHI probability (``row``, ``s``, ``e``, ``p``)."""
 
     spans: pl.DataFrame
     words: pl.DataFrame
@@ -328,7 +308,7 @@ class CrfRecognizer:
             ("crf:" + pl.col("tag")).alias("source"),
             pl.col("p").alias("score"),
         )
-        return Tagged(found.cast(SPAN_SCHEMA), words.drop("tag"))
+        return Tagged(found.cast(SPAN_ROWS), words.drop("tag"))
 
     def vet(self, spans: pl.DataFrame, words: pl.DataFrame) -> pl.DataFrame:
         """``spans`` without those whose words all have a PHI probability below

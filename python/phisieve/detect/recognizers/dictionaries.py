@@ -374,8 +374,8 @@ def tokens(texts: pa.Array) -> pl.DataFrame:
     (normalised), ``cap`` (written in title case in a note that uses capitals as prose does;
     null in all-capitals and all-lower-case notes), ``upper`` (all capitals in such a note),
     ``gap`` (characters between the previous word and this one), ``dot`` (the first of them is
-    a period) and ``brk`` (a sentence or line starts with this word). Linear in the text
-    length."""
+    a period), ``brk`` (a sentence or line starts with this word) and ``raw`` (the word as
+    written). Linear in the text length."""
     starts, ends, words = tokenize(texts)
     raw = tokenize(texts, normalize="none").column(2)
     tok = pl.from_arrow(
@@ -432,7 +432,7 @@ def tokens(texts: pa.Array) -> pl.DataFrame:
         dot=(pl.col("gap") > 0) & pl.Series(dot),
         brk=(pl.col("i") == 0) | ((pl.col("gap") > 0) & pl.Series(brk)),
     )
-    return tok.drop("raw", "mixed").with_columns(pl.col("row").cast(pl.Int64))
+    return tok.drop("mixed").with_columns(pl.col("row").cast(pl.Int64))
 
 
 def _ngrams(tok: pl.DataFrame, n: int) -> pl.DataFrame:
