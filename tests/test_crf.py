@@ -20,12 +20,15 @@ from hypothesis import strategies as st
 from phisieve import _core
 from phisieve.detect.crf_train import CrfTrainOptions, train_crf, word_labels
 from phisieve.detect.cv import cross_validate
+from phisieve.detect.recognizers import crf as crf_module
 from phisieve.detect.recognizers.crf import (
+    FIND,
     FORMAT,
     SHIPPED,
     CrfRecognizer,
     crf_features,
     feature_columns,
+    note_runs,
     overlaps,
     token_table,
 )
@@ -142,22 +145,69 @@ def test_shipped_model_tags_like_crfsuite(physionet):
     feats = crf_features(words, spans).sort("row", "i")
     crf = found.crf
     tagged = crf.tag(words, spans)
-    reference = pycrfsuite.Tagger()
-    reference.open(str(SHIPPED / "crf.crfsuite"))
     rows = feats.get_column("row").to_list()
-    values = feats.select(feature_columns(feats)).rows()
-    tags, p_phi = [], []
-    for row in sorted(set(rows)):
-        seq = [list(v) for r, v in zip(rows, values, strict=True) if r == row]
-        tags += reference.tag(seq)
-        p_phi += [1 - reference.marginal("O", t) for t in range(len(seq))]
-    got = tagged.spans.select("start", "end", "label").rows()
     starts, ends = feats.get_column("s").to_list(), feats.get_column("e").to_list()
+
+    def reference(model: str, columns: list[str]) -> tuple[list[str], list[float], list[str]]:
+        # CRFsuite's Viterbi tags, P(PHI) and most likely PHI label of every word.
+        tagger = pycrfsuite.Tagger()
+        tagger.open(str(SHIPPED / model))
+        phi = [x for x in tagger.labels() if x != "O"]
+        values = feats.select(columns).rows()
+        tags, p_phi, best = [], [], []
+        for row in sorted(set(rows)):
+            seq = [list(v) for r, v in zip(rows, values, strict=True) if r == row]
+            tags += tagger.tag(seq)
+            for t in range(len(seq)):
+                p = {x: tagger.marginal(x, t) for x in phi}
+                p_phi.append(1 - tagger.marginal("O", t))
+                best.append(max(phi, key=lambda x: p[x]))
+        return tags, p_phi, best
+
+    tags, p_phi, _ = reference("crf.crfsuite", feature_columns(feats))
+    got = tagged.spans.filter(~pl.col("source").str.starts_with("crf:find:"))
     want = [(s, e, t) for s, e, t in zip(starts, ends, tags, strict=True) if t != "O"]
-    assert sorted(got) == sorted(want)
+    assert sorted(got.select("start", "end", "label").rows()) == sorted(want)
     assert any(t != "O" for t in tags)
     # The dump gives the weights to 6 decimals.
     np.testing.assert_allclose(tagged.words.get_column("p").to_numpy(), p_phi, atol=1e-4)
+    # The finder sees no span feature; it tags the words it gives P(PHI) >= FIND.
+    assert feature_columns(feats, spans=False) == [
+        c for c in feature_columns(feats) if c.startswith("f")
+    ]
+    _, p_find, best = reference("finder.crfsuite", feature_columns(feats, spans=False))
+    got = tagged.spans.filter(pl.col("source").str.starts_with("crf:find:"))
+    want = [
+        (s, e, b, f"crf:find:{b}")
+        for s, e, p, b in zip(starts, ends, p_find, best, strict=True)
+        if p >= FIND + 1e-4
+    ]
+    assert set(want) <= set(got.select("start", "end", "label", "source").rows())
+    assert len(want) > 0 and got.height <= len(want) + sum(abs(p - FIND) < 1e-4 for p in p_find)
+
+
+def test_note_runs_cut_between_whole_notes():
+    rows = pl.Series("row", [0, 0, 0, 2, 2, 5, 6, 6, 6, 6])
+    assert note_runs(rows, 3) == [(0, 0), (2, 5), (6, 6)]
+    assert note_runs(rows, 100) == [(0, 6)]
+    assert note_runs(rows, 1) == [(0, 0), (2, 2), (5, 5), (6, 6)]
+    assert note_runs(rows.clear(), 5) == []
+
+
+def test_tagging_in_runs_of_notes_changes_nothing(physionet, monkeypatch):
+    documents, _ = physionet
+    sample = documents.slice(0, 40)
+    found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
+    texts = sample.column("text").combine_chunks()
+    tok, spans = found.found(texts)
+    words = token_table(texts, tok)
+    whole = found.crf.tag(words, spans)
+    monkeypatch.setattr(crf_module, "CHUNK_WORDS", 700)
+    assert len(note_runs(words.get_column("row"), 700)) > 5
+    runs = found.crf.tag(words.sample(fraction=1.0, shuffle=True, seed=1), spans)
+    order = ["row", "start", "source"]
+    assert runs.spans.sort(order).equals(whole.spans.sort(order))
+    assert runs.words.sort("row", "s").equals(whole.words.sort("row", "s"))
 
 
 def test_vetting_drops_unlikely_spans_of_learnt_categories_only():
@@ -182,6 +232,8 @@ def test_vetting_drops_unlikely_spans_of_learnt_categories_only():
     assert CrfRecognizer(verify=0.0).vet(spans, words).height == 4
     with pytest.raises(ConfigError, match="verify"):
         CrfRecognizer(verify=1.5)
+    with pytest.raises(ConfigError, match="find"):
+        CrfRecognizer(find=-0.1)
 
 
 def test_word_labels_take_the_earliest_gold_span():
@@ -202,9 +254,8 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
     options = CrfTrainOptions(max_iterations=40)
     first = train_crf(docs, golds, tmp_path / "a", options)
     train_crf(docs, golds, tmp_path / "b", options)
-    assert (tmp_path / "a" / "crf.crfsuite").read_bytes() == (
-        tmp_path / "b" / "crf.crfsuite"
-    ).read_bytes()
+    for model in ("crf.crfsuite", "finder.crfsuite"):
+        assert (tmp_path / "a" / model).read_bytes() == (tmp_path / "b" / model).read_bytes()
     info = json.loads((tmp_path / "a" / "phisieve.json").read_text())
     assert info["format"] == FORMAT and info["notes"] == len(keep)
     assert info["options"] == {

@@ -8,11 +8,14 @@ Two uses of its per-word probabilities:
 
 * **tagging**: words whose most likely tag (Viterbi) is a PHI category become spans
   (source ``crf:LABEL``), which finds PHI that no rule or list knows;
+* **finding**: a second CRF, the *finder*, sees the words without the other recognizers'
+  spans, and tags the words it gives a PHI probability of at least ``find`` (:data:`FIND`,
+  source ``crf:find:LABEL``): what it finds does not hang on a rule having fired;
 * **vetting**: a ``rules``/``lists`` span of a category the CRF learnt is dropped when the
   CRF gives every word it covers a PHI probability below ``verify`` (:data:`VERIFY`):
   single-source false alarms, where the precision of the hand-written recognizers goes.
 
-A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~100 kB),
+A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~300 kB),
 reproducible with ``phisieve detect-train-crf ../shared/data/physionet-deid --out DIR``
 (:func:`phisieve.detect.crf_train.train_crf`); CRFsuite's L-BFGS training is deterministic.
 """
@@ -42,7 +45,7 @@ __all__ = [
     "token_table",
 ]
 
-FORMAT = "phisieve-crf-1"
+FORMAT = "phisieve-crf-2"
 """The version of the feature set a model was trained with; a model of another format is
 refused (its features would not match)."""
 
@@ -53,7 +56,16 @@ VERIFY = 0.005
 """A ``rules``/``lists`` span is kept when the CRF gives at least one of its words this PHI
 probability (1 - P(O)). See ``benches/RESULTS.md`` for how it was chosen (patient-level CV)."""
 
+FIND = 0.5
+"""The finder's PHI probability from which it tags a word (:class:`CrfRecognizer`); see
+``benches/RESULTS.md`` (patient-level CV)."""
+
+CHUNK_WORDS = 250_000
+"""About how many words the CRF tags at once (:meth:`CrfRecognizer.tag`): bounds the memory
+of its feature strings (~35 per word)."""
+
 MODEL_FILE = "crf.crfsuite"
+FINDER_FILE = "finder.crfsuite"
 INFO_FILE = "phisieve.json"
 
 
@@ -96,6 +108,27 @@ def _shape(col: pl.Expr) -> pl.Expr:
         .str.replace_all(r"\p{N}+", "d")
         .str.replace_all(r"[^Xxd]+", "o")
     )
+
+
+def note_runs(rows: pl.Series, words: int) -> list[tuple[int, int]]:
+    """Runs of whole notes, ``(first_row, last_row)`` inclusive, of about ``words`` words
+    each (a run ends at the first note that takes it to ``words`` or more), from the sorted
+    ``row`` of every word."""
+    if words < 1:
+        raise ValueError("words must be >= 1")
+    counts = rows.value_counts(sort=False).sort(rows.name)
+    note, n = counts.get_column(rows.name).to_list(), counts.get_column("count").to_list()
+    out: list[tuple[int, int]] = []
+    first, total = None, 0
+    for row, k in zip(note, n, strict=True):
+        first = row if first is None else first
+        total += k
+        if total >= words:
+            out.append((first, row))
+            first, total = None, 0
+    if first is not None:
+        out.append((first, note[-1]))
+    return out
 
 
 def overlaps(words: pl.DataFrame, spans: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +207,7 @@ def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     def flag(col: str) -> pl.Expr:
         return pl.col(col).cast(pl.String).fill_null("na")
 
-    feats: list[pl.Expr] = [
+    lexical: list[pl.Expr] = [
         pl.lit("bias"),
         "w=" + pl.col("w"),
         "shp=" + pl.col("shp"),
@@ -185,24 +218,30 @@ def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         "ln=" + pl.col("ln"),
         "cb=" + pl.col("cb"),
         "ca=" + pl.col("ca"),
-        "src=" + pl.col("srcs"),
         *(f"{c}=" + flag(c) for c in ("first", "last", "vocab", "noun", "unit", "cap", "upper")),
         "brk=" + flag("brk"),
         "w-1|w=" + at("w", -1) + "|" + pl.col("w"),
         "w|w+1=" + pl.col("w") + "|" + at("w", 1),
     ]
+    found: list[pl.Expr] = ["src=" + pl.col("srcs")]
     for k in (-2, -1, 1, 2):
-        feats += [
-            f"w{k:+d}=" + at("w", k),
-            f"shp{k:+d}=" + at("shp", k),
-            f"src{k:+d}=" + at("srcs", k),
-        ]
-    return tok.select("row", "i", "s", "e", *(f.alias(f"f{k:02d}") for k, f in enumerate(feats)))
+        lexical += [f"w{k:+d}=" + at("w", k), f"shp{k:+d}=" + at("shp", k)]
+        found.append(f"src{k:+d}=" + at("srcs", k))
+    return tok.select(
+        "row",
+        "i",
+        "s",
+        "e",
+        *(f.alias(f"f{k:02d}") for k, f in enumerate(lexical)),
+        *(f.alias(f"g{k:02d}") for k, f in enumerate(found)),
+    )
 
 
-def feature_columns(features: pl.DataFrame) -> list[str]:
-    """The feature columns of :func:`crf_features`' table, in order."""
-    return [c for c in features.columns if c.startswith("f") and c[1:].isdigit()]
+def feature_columns(features: pl.DataFrame, spans: bool = True) -> list[str]:
+    """The feature columns of :func:`crf_features`' table, in order: the word's own
+    (``f00``...), then, when ``spans``, those of the other recognizers' spans (``g00``...)."""
+    kinds = ("f", "g") if spans else ("f",)
+    return [c for c in features.columns if c[:1] in kinds and c[1:].isdigit()]
 
 
 def sequences(values: pl.DataFrame, rows: int) -> list[list[Any]]:
@@ -266,49 +305,90 @@ class Tagged:
 class CrfRecognizer:
     """A trained CRF (a folder from ``detect-train-crf``; default :data:`SHIPPED`).
 
+    Two CRFs over the same words: the *tagger* sees the other recognizers' spans (it tags and
+    vets), the *finder* only the words (it tags what the rules and lists miss, and does not
+    lean on them, so it holds where they fall short).
+
     Parameters
     ----------
     folder
-        The model folder (``crf.crfsuite`` and ``phisieve.json``).
+        The model folder (``crf.crfsuite``, ``finder.crfsuite`` and ``phisieve.json``).
     verify
-        The PHI probability at least one word of a ``rules``/``lists`` span needs for the span
-        to be kept (0 keeps every span).
+        The PHI probability (the tagger's) at least one word of a ``rules``/``lists`` span
+        needs for the span to be kept (0 keeps every span).
+    find
+        The PHI probability (the finder's) from which a word is tagged with the finder's most
+        likely PHI category (1 turns the finder off).
     """
 
-    def __init__(self, folder: str | Path | None = None, verify: float = VERIFY) -> None:
+    def __init__(
+        self, folder: str | Path | None = None, verify: float = VERIFY, find: float = FIND
+    ) -> None:
         self.folder = Path(folder) if folder is not None else SHIPPED
         self.info = read_info(self.folder)
-        if not 0.0 <= verify <= 1.0:
-            raise ConfigError(f"the CRF's verify threshold must be in [0, 1], not {verify}")
+        for name, value in (("verify", verify), ("find", find)):
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"the CRF's {name} threshold must be in [0, 1], not {value}")
         self.verify = verify
+        self.find = find
         self._tagger = load_tagger(self.folder / MODEL_FILE)
+        self._finder = load_tagger(self.folder / FINDER_FILE)
         self._labels = list(self._tagger.labels)
 
     def tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
         """Tag the words of notes (:func:`token_table`), given the other recognizers'
-        merged ``spans``."""
+        merged ``spans``. The notes are tagged in runs of about :data:`CHUNK_WORDS` words,
+        so the feature strings of a large batch are never all held at once; the result does
+        not depend on where the runs end (each note is tagged whole, on its own)."""
+        tok = tok.sort("row", "i")
+        parts = [
+            self._tag(tok.filter(pl.col("row").is_between(lo, hi)), spans)
+            for lo, hi in note_runs(tok.get_column("row"), CHUNK_WORDS)
+        ]
+        if not parts:
+            return self._tag(tok, spans)
+        return Tagged(pl.concat([p.spans for p in parts]), pl.concat([p.words for p in parts]))
+
+    def _tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
+        if tok.height:
+            rows = tok.get_column("row")
+            spans = spans.filter(pl.col("row").is_between(rows.min(), rows.max()))
         feats = crf_features(tok, spans).sort("row", "i")
         per_note = feats.group_by("row", maintain_order=True).len().get_column("len")
-        labels, marginals = self._tagger.tag(
-            [feats.get_column(c).to_arrow() for c in feature_columns(feats)],
-            per_note.cast(pl.Int64).to_arrow(),
-        )
-        n_labels = len(self._labels)
-        p = np.asarray(marginals).reshape(-1, n_labels)
-        p_phi = 1.0 - p[:, self._labels.index("O")] if "O" in self._labels else np.ones(len(p))
-        names = np.asarray(self._labels, dtype=object)[np.asarray(labels)]
+        per_note = per_note.cast(pl.Int64).to_arrow()
+
+        def run(tagger: Any, columns: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            # Viterbi labels, each word's PHI probability, and its most likely PHI label.
+            values = [feats.get_column(c).to_arrow() for c in columns]
+            labels, marginals = tagger.tag(values, per_note)
+            names = list(tagger.labels)
+            p = np.asarray(marginals).reshape(-1, len(names))
+            phi = [k for k, name in enumerate(names) if name != "O"]
+            p_phi = p[:, phi].sum(axis=1) if phi else np.zeros(len(p))
+            best = np.asarray(names, dtype=object)[phi][p[:, phi].argmax(axis=1)] if phi else None
+            return np.asarray(names, dtype=object)[np.asarray(labels)], p_phi, best
+
+        tags, p_phi, _ = run(self._tagger, feature_columns(feats))
+        _, p_find, best = run(self._finder, feature_columns(feats, spans=False))
         words = feats.select("row", "s", "e").with_columns(
-            tag=pl.Series(names, dtype=pl.String), p=pl.Series(p_phi, dtype=pl.Float64)
+            tag=pl.Series(tags, dtype=pl.String),
+            p=pl.Series(p_phi, dtype=pl.Float64),
+            found=pl.Series(np.where(p_find >= self.find, best, "O"), dtype=pl.String),
+            pf=pl.Series(p_find, dtype=pl.Float64),
         )
-        found = words.filter(pl.col("tag") != "O").select(
-            "row",
-            pl.col("s").alias("start"),
-            pl.col("e").alias("end"),
-            pl.col("tag").alias("label"),
-            ("crf:" + pl.col("tag")).alias("source"),
-            pl.col("p").alias("score"),
-        )
-        return Tagged(found.cast(SPAN_ROWS), words.drop("tag"))
+
+        def spans_of(tag: str, p: str, source: str) -> pl.DataFrame:
+            return words.filter(pl.col(tag) != "O").select(
+                "row",
+                pl.col("s").alias("start"),
+                pl.col("e").alias("end"),
+                pl.col(tag).alias("label"),
+                (source + pl.col(tag)).alias("source"),
+                pl.col(p).alias("score"),
+            )
+
+        found = pl.concat([spans_of("tag", "p", "crf:"), spans_of("found", "pf", "crf:find:")])
+        return Tagged(found.cast(SPAN_ROWS), words.select("row", "s", "e", "p"))
 
     def vet(self, spans: pl.DataFrame, words: pl.DataFrame) -> pl.DataFrame:
         """``spans`` without those whose words all have a PHI probability below
