@@ -103,7 +103,12 @@ def test_empty_null_and_enormous_notes():
     assert spans[0] == [] and spans[1] == []
     found = [s for s in spans[2] if big[s["start"] : s["end"]] in ("7/22", "Smith")]
     assert len(found) == 180_000 and all("crf:" in s["source"] for s in found)
-    assert len(spans[2]) - len(found) <= 2  # the model may tag a word at the note's very end
+    # Outside them the CRFs tag only their own finds, here pieces of "10:30" (this note's
+    # 90,000 copies of one sentence are no context a model was trained on).
+    kept = {(s["start"], s["end"]) for s in found}
+    extra = [s for s in spans[2] if (s["start"], s["end"]) not in kept]
+    assert all(s["source"].startswith("crf:") and "rules" not in s["source"] for s in extra)
+    assert {big[s["start"] : s["end"]] for s in extra} <= {"10", "30"}
 
 
 def test_bad_recognizer_is_a_config_error_without_text():
