@@ -236,6 +236,23 @@ def test_vetting_drops_unlikely_spans_of_learnt_categories_only():
         CrfRecognizer(find=-0.1)
 
 
+def test_find_one_turns_the_finder_off(physionet):
+    documents, _ = physionet
+    sample = documents.slice(0, 30)
+    found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
+    texts = sample.column("text").combine_chunks()
+    tok, spans = found.found(texts)
+    words = token_table(texts, tok)
+    on = found.crf.tag(words, spans).spans
+    off = CrfRecognizer(find=1.0).tag(words, spans).spans
+    assert on.filter(pl.col("source").str.starts_with("crf:find:")).height > 0
+    assert off.filter(pl.col("source").str.starts_with("crf:find:")).height == 0
+    order = ["row", "start", "source"]
+    assert off.sort(order).equals(
+        on.filter(~pl.col("source").str.starts_with("crf:find:")).sort(order)
+    )
+
+
 def test_word_labels_take_the_earliest_gold_span():
     words = pl.DataFrame({"row": [0, 0, 1], "i": [0, 1, 0], "s": [0, 5, 0], "e": [4, 9, 3]})
     span = lambda s, e, label: {"start": s, "end": e, "label": label, "source": "g", "score": 1.0}  # noqa: E731

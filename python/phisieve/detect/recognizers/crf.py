@@ -15,7 +15,7 @@ Two uses of its per-word probabilities:
   CRF gives every word it covers a PHI probability below ``verify`` (:data:`VERIFY`):
   single-source false alarms, where the precision of the hand-written recognizers goes.
 
-A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~300 kB),
+A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~340 kB),
 reproducible with ``phisieve detect-train-crf ../shared/data/physionet-deid --out DIR``
 (:func:`phisieve.detect.crf_train.train_crf`); CRFsuite's L-BFGS training is deterministic.
 """
@@ -373,7 +373,9 @@ class CrfRecognizer:
         words = feats.select("row", "s", "e").with_columns(
             tag=pl.Series(tags, dtype=pl.String),
             p=pl.Series(p_phi, dtype=pl.Float64),
-            found=pl.Series(np.where(p_find >= self.find, best, "O"), dtype=pl.String),
+            found=pl.Series(
+                np.where((p_find >= self.find) & (self.find < 1.0), best, "O"), dtype=pl.String
+            ),
             pf=pl.Series(p_find, dtype=pl.Float64),
         )
 
