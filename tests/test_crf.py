@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -135,13 +136,18 @@ def physionet(physionet_dir: Path) -> tuple[pa.Table, pa.Table]:
     return read_physionet(physionet_dir)
 
 
-def test_shipped_model_tags_like_crfsuite(physionet):
-    documents, _ = physionet
-    sample = documents.slice(0, 60)
+def default_inputs(documents: pa.Table, n: int) -> tuple[Any, pl.DataFrame, pl.DataFrame]:
+    """The default detector over the first ``n`` notes, their word table and the rules' and
+    lists' spans: what the CRF is given."""
+    sample = documents.slice(0, n)
     found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
     texts = sample.column("text").combine_chunks()
     tok, spans = found.found(texts)
-    words = token_table(texts, tok)
+    return found, token_table(texts, tok), spans
+
+
+def test_shipped_model_tags_like_crfsuite(physionet):
+    found, words, spans = default_inputs(physionet[0], 60)
     feats = crf_features(words, spans).sort("row", "i")
     crf = found.crf
     tagged = crf.tag(words, spans)
@@ -195,12 +201,7 @@ def test_note_runs_cut_between_whole_notes():
 
 
 def test_tagging_in_runs_of_notes_changes_nothing(physionet, monkeypatch):
-    documents, _ = physionet
-    sample = documents.slice(0, 40)
-    found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
-    texts = sample.column("text").combine_chunks()
-    tok, spans = found.found(texts)
-    words = token_table(texts, tok)
+    found, words, spans = default_inputs(physionet[0], 40)
     whole = found.crf.tag(words, spans)
     monkeypatch.setattr(crf_module, "CHUNK_WORDS", 700)
     assert len(note_runs(words.get_column("row"), 700)) > 5
@@ -237,12 +238,7 @@ def test_vetting_drops_unlikely_spans_of_learnt_categories_only():
 
 
 def test_find_one_turns_the_finder_off(physionet):
-    documents, _ = physionet
-    sample = documents.slice(0, 30)
-    found = detector(open_source(sample, 4096), DEFAULT_RECOGNIZERS)
-    texts = sample.column("text").combine_chunks()
-    tok, spans = found.found(texts)
-    words = token_table(texts, tok)
+    found, words, spans = default_inputs(physionet[0], 30)
     on = found.crf.tag(words, spans).spans
     off = CrfRecognizer(find=1.0).tag(words, spans).spans
     assert on.filter(pl.col("source").str.starts_with("crf:find:")).height > 0

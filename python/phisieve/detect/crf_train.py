@@ -16,7 +16,7 @@ recall from 0.862 to 0.901 (``benches/RESULTS.md``).
 
 A second CRF, the *finder*, is trained on the same words without the spans' features: it
 learns PHI from the words and their context alone, so what it finds does not depend on the
-rules having found it. With it, the stress test above gives 0.941 (``benches/RESULTS.md``).
+rules having found it. With it, the stress test above gives 0.940 (``benches/RESULTS.md``).
 
 The shipped model (:data:`~phisieve.detect.recognizers.crf.SHIPPED`) was made with
 ``make crf-model``::

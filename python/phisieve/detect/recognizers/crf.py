@@ -293,6 +293,19 @@ def read_info(folder: Path) -> dict[str, Any]:
     return info
 
 
+def _tagged(
+    tagger: Any, feats: pl.DataFrame, columns: list[str], per_note: pa.Array
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One CRF over the ``columns`` of ``feats``: each word's Viterbi label, PHI probability
+    (the sum over the PHI labels' marginals) and most likely PHI label."""
+    labels, marginals = tagger.tag([feats.get_column(c).to_arrow() for c in columns], per_note)
+    names = np.asarray(list(tagger.labels), dtype=object)
+    p = np.asarray(marginals).reshape(-1, len(names))
+    phi = np.flatnonzero(names != "O")
+    best = names[phi][p[:, phi].argmax(axis=1)] if len(phi) else np.full(len(p), "O", object)
+    return names[np.asarray(labels)], p[:, phi].sum(axis=1), best
+
+
 @dataclass
 class Tagged:
     """What the CRF made of a batch: its spans (:data:`~phisieve.detect.recognizers.
@@ -357,25 +370,16 @@ class CrfRecognizer:
         per_note = feats.group_by("row", maintain_order=True).len().get_column("len")
         per_note = per_note.cast(pl.Int64).to_arrow()
 
-        def run(tagger: Any, columns: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            # Viterbi labels, each word's PHI probability, and its most likely PHI label.
-            values = [feats.get_column(c).to_arrow() for c in columns]
-            labels, marginals = tagger.tag(values, per_note)
-            names = list(tagger.labels)
-            p = np.asarray(marginals).reshape(-1, len(names))
-            phi = [k for k, name in enumerate(names) if name != "O"]
-            p_phi = p[:, phi].sum(axis=1) if phi else np.zeros(len(p))
-            best = np.asarray(names, dtype=object)[phi][p[:, phi].argmax(axis=1)] if phi else None
-            return np.asarray(names, dtype=object)[np.asarray(labels)], p_phi, best
-
-        tags, p_phi, _ = run(self._tagger, feature_columns(feats))
-        _, p_find, best = run(self._finder, feature_columns(feats, spans=False))
+        tags, p_phi, _ = _tagged(self._tagger, feats, feature_columns(feats), per_note)
+        found, p_find = np.full(feats.height, "O", dtype=object), np.zeros(feats.height)
+        if self.find < 1.0:
+            columns = feature_columns(feats, spans=False)
+            _, p_find, best = _tagged(self._finder, feats, columns, per_note)
+            found = np.where(p_find >= self.find, best, "O")
         words = feats.select("row", "s", "e").with_columns(
             tag=pl.Series(tags, dtype=pl.String),
             p=pl.Series(p_phi, dtype=pl.Float64),
-            found=pl.Series(
-                np.where((p_find >= self.find) & (self.find < 1.0), best, "O"), dtype=pl.String
-            ),
+            found=pl.Series(found, dtype=pl.String),
             pf=pl.Series(p_find, dtype=pl.Float64),
         )
 
