@@ -56,7 +56,7 @@ class NameList:
 
 def census_names(kind: str, limit: int) -> NameList:
     """The ``limit`` most frequent US Census ``first`` or ``last`` names (upper case)."""
-    from ..detect.recognizers.dictionaries import census_frequencies
+    from ..phi.census import census_frequencies
 
     files = ("dist.male.first", "dist.female.first") if kind == "first" else ("dist.all.last",)
     freq: dict[str, float] = {}

@@ -158,7 +158,7 @@ def _census_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ``name`` kind's first and last names: the :data:`NAMES_PER_LIST` most frequent of
     the ``names`` package's census files (first names: male and female shares added; ties
     by name), then sorted alphabetically and title-cased."""
-    from ..detect.recognizers.dictionaries import census_frequencies
+    from .census import census_frequencies
 
     def top(freq: dict[str, float]) -> tuple[str, ...]:
         best = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:NAMES_PER_LIST]

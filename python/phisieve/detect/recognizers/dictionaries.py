@@ -26,7 +26,6 @@ import functools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -34,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import ConfigError
+from ...phi.census import census_frequencies
 from ...text.words import tokenize
 
 __all__ = ["MAX_ZIPF", "RARE_SHARE", "CorpusStats", "Lexicon", "extend_names", "find", "lexicon"]
@@ -188,26 +188,6 @@ _PLACE_TRIGGERS = {
     ("treated", "at"),
     ("transplant", "at"),
 }
-
-
-@functools.cache
-def census_frequencies(fname: str) -> dict[str, float]:
-    """One of the ``names`` package's US Census (1990) files — ``dist.male.first``,
-    ``dist.female.first`` or ``dist.all.last`` — as upper-case name -> frequency (per cent),
-    names of two letters or more."""
-    try:
-        import names
-    except ImportError:  # pragma: no cover - a dependency
-        raise ConfigError(
-            "the name dictionaries need the `names` package: pip install names"
-        ) from None
-    out: dict[str, float] = {}
-    path = Path(names.__file__).parent / fname
-    for line in path.read_text(encoding="ascii").splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and len(fields[0]) >= 2:
-            out[fields[0]] = float(fields[1])
-    return out
 
 
 def _census() -> dict[str, tuple[bool, bool]]:
