@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,12 @@ from phisieve.detect.run import DEFAULT_RECOGNIZERS, detect, detector
 from phisieve.errors import ConfigError
 from phisieve.io.physionet import read_physionet
 from phisieve.io.sources import open_source
+from phisieve.phi.augment import refilled
+from phisieve.text.words import tokenize
+
+
+def normalized(text: str) -> list[str]:
+    return tokenize(pa.array([text])).column(2).to_pylist()[0]
 
 
 def reference_tag(state: np.ndarray, trans: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -271,11 +278,13 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
         assert (tmp_path / "a" / model).read_bytes() == (tmp_path / "b" / model).read_bytes()
     info = json.loads((tmp_path / "a" / "phisieve.json").read_text())
     assert info["format"] == FORMAT and info["notes"] == len(keep)
+    assert info["refilled_copies"] == {"copied": len(keep), "skipped": 0}
     assert info["options"] == {
         "c1": 0.05,
         "c2": 0.01,
         "max_iterations": 40,
         "drop_spans": 0.15,
+        "augment": 2,
         "seed": 0,
     }
     assert first["phi_words"] > 0 and "O" in info["labels"]
@@ -286,9 +295,39 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
     assert any("crf:" in s for s in sources)
 
 
+def attributes(model: Path) -> set[str]:
+    tagger = pycrfsuite.Tagger()
+    tagger.open(str(model))
+    found = {attr for attr, _ in tagger.info().state_features}
+    tagger.close()
+    return found
+
+
+def test_the_finder_learns_from_refilled_copies_too_the_tagger_does_not(physionet, tmp_path):
+    documents, gold = physionet
+    docs = documents.slice(0, 40)
+    options = CrfTrainOptions(max_iterations=30, augment=1, seed=4)
+    train_crf(docs, gold, tmp_path / "m", options)
+    copies, _, _ = refilled(docs, gold, 1, seed=4)
+    words = {f"w={w}" for t in copies.column("text").to_pylist() for w in normalized(t)}
+    words -= {f"w={w}" for t in docs.column("text").to_pylist() for w in normalized(t)}
+    assert words  # the surrogates bring words the notes do not have
+    assert attributes(tmp_path / "m" / "finder.crfsuite") & words
+    assert not attributes(tmp_path / "m" / "crf.crfsuite") & words
+    # Without copies, neither model has them.
+    train_crf(docs, gold, tmp_path / "none", replace(options, augment=0))
+    info = json.loads((tmp_path / "none" / "phisieve.json").read_text())
+    assert info["refilled_copies"] == {"copied": 0, "skipped": 0}
+    assert not attributes(tmp_path / "none" / "finder.crfsuite") & words
+    tagger = [(tmp_path / m / "crf.crfsuite").read_bytes() for m in ("m", "none")]
+    assert tagger[0] == tagger[1]  # the tagger never sees the copies
+
+
 def test_training_options_are_checked(physionet, tmp_path):
     documents, gold = physionet
-    for bad in (CrfTrainOptions(drop_spans=1.0), CrfTrainOptions(c1=-1.0)):
+    bad_options = (CrfTrainOptions(drop_spans=1.0), CrfTrainOptions(c1=-1.0),
+                   CrfTrainOptions(augment=-1))  # fmt: skip
+    for bad in bad_options:
         with pytest.raises(ConfigError):
             train_crf(documents.slice(0, 2), gold, tmp_path / "m", bad)
     assert not (tmp_path / "m").exists()

@@ -154,6 +154,24 @@ def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Pa
         train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
 
 
+def test_training_on_refilled_copies_too(tiny_base: Path, tmp_path, capsys):
+    documents, gold = synthetic(["Quaxley"], 12, seed=1)
+    quick = {**TRAIN, "epochs": 1}
+    plain = train_recognizer(documents, gold, tiny_base, tmp_path / "a", device="cpu", **quick)
+    more = train_recognizer(
+        documents, gold, tiny_base, tmp_path / "b", device="cpu", augment=2, **quick
+    )
+    assert plain["refilled_copies"] == {"copied": 0, "skipped": 0}
+    assert more["refilled_copies"] == {"copied": 12, "skipped": 0}
+    assert more["notes"] == plain["notes"] == 12
+    # Every copy's windows hold PHI (another surname where "Quaxley" was) and are kept.
+    assert more["positive_windows"] == 3 * plain["positive_windows"]
+    with pytest.raises(SystemExit):
+        main(["detect-train", str(tmp_path), "--base", str(tiny_base), "--out",
+              str(tmp_path / "c"), "--augment", "-1"])  # fmt: skip
+    assert "augment must be >= 0, not -1" in capsys.readouterr().err
+
+
 def test_notes_are_read_in_groups_with_the_same_result(tiny_model: Path, monkeypatch):
     texts = [*synthetic(HELD_OUT, 12, seed=6)[0].column("text").to_pylist(), None, ""]
     recognizer = ModelRecognizer(tiny_model, device="cpu")

@@ -17,6 +17,11 @@ recall from 0.862 to 0.901 (``benches/RESULTS.md``).
 A second CRF, the *finder*, is trained on the same words without the spans' features: it
 learns PHI from the words and their context alone, so what it finds does not depend on the
 rules having found it. With it, the stress test above gives 0.940 (``benches/RESULTS.md``).
+The finder also learns from ``augment`` copies of every training note whose gold PHI is
+re-filled with fresh keyed surrogates (:func:`phisieve.phi.augment.refilled`): other names,
+places and numbers in the same contexts, so it learns where PHI goes rather than which names
+these patients have. The tagger learns from the notes as given (trained on the copies too,
+it loses a point of recall under cross-validation: ``benches/RESULTS.md``).
 
 The shipped model (:data:`~phisieve.detect.recognizers.crf.SHIPPED`) was made with
 ``make crf-model``::
@@ -38,6 +43,8 @@ import polars as pl
 import pyarrow as pa
 
 from ..errors import ConfigError, InputError
+from ..io.schema import SPANS
+from ..io.sources import open_source, require_columns
 from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
@@ -72,14 +79,37 @@ class CrfTrainOptions:
         "Share of the rules/lists spans hidden from the features of the training notes (at "
         "random, keyed by the seed): the CRF learns to find PHI the rules miss.",
     )
-    seed: int = option(0, "Seed of the hidden spans.")
+    augment: int = option(
+        2,
+        "Copies of each training note with its gold PHI re-filled by fresh surrogates, which "
+        "the finder also learns from: it learns where PHI goes, not these patients' PHI.",
+    )
+    seed: int = option(0, "Seed of the hidden spans and of the copies' surrogates.")
 
 
 def _check(o: CrfTrainOptions) -> None:
-    if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1:
-        raise ConfigError("c1 and c2 must be >= 0 and max_iterations >= 1")
+    if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1 or o.augment < 0:
+        raise ConfigError("c1, c2 and augment must be >= 0 and max_iterations >= 1")
     if not 0 <= o.drop_spans < 1:
         raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
+
+
+def _notes(documents: pa.Table) -> pa.Table:
+    """``doc_id``, ``patient_id`` (the ``doc_id`` where unknown) and ``text`` of notes, as
+    strings: notes and their re-filled copies in one table."""
+    require_columns(documents.schema, ["doc_id", "text"], "documents")
+    doc_ids = documents.column("doc_id").cast(pa.string())
+    has_patients = "patient_id" in documents.column_names
+    patients = documents.column("patient_id").cast(pa.string()) if has_patients else doc_ids
+    text = documents.column("text").cast(pa.large_string())
+    return pa.table({"doc_id": doc_ids, "patient_id": patients, "text": text})
+
+
+def _gold(gold: pa.Table) -> pa.Table:
+    require_columns(gold.schema, ["doc_id", "spans"], "spans")
+    return pa.table(
+        {"doc_id": gold["doc_id"].cast(pa.string()), "spans": gold["spans"].cast(SPANS)}
+    )
 
 
 def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.DataFrame:
@@ -116,6 +146,52 @@ def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.D
     return words.with_columns(y=pl.Series(y, dtype=pl.String))
 
 
+def _labelled(
+    notes: pa.Table, gold: pa.Table, corpus: Any, o: CrfTrainOptions, progress: bool
+) -> pl.DataFrame:
+    """Every word of ``notes`` (:func:`_notes`) with its CRF features (the ``rules``/``lists``
+    spans found in them, a share hidden) and gold category ``y``, sorted."""
+    from .run import detector
+
+    found = detector(open_source(notes, 4096), TRAINED_WITH, corpus=corpus, progress=progress)
+    texts = notes.column("text").combine_chunks()
+    tok, spans = found.found(texts)
+    assert tok is not None
+    if o.drop_spans > 0 and spans.height:
+        hidden = np.random.default_rng(o.seed).random(spans.height) < o.drop_spans
+        spans = spans.filter(pl.Series(~hidden))
+    feats = crf_features(token_table(texts, tok), spans)
+    return word_labels(feats, gold, notes.column("doc_id").to_pylist()).sort("row", "i")
+
+
+def _fit(
+    path: Path, labelled: pl.DataFrame, columns: list[str], o: CrfTrainOptions, progress: bool
+) -> None:
+    """Fit one CRF on the ``columns`` of :func:`_labelled`'s words and write it to ``path``."""
+    import pycrfsuite
+
+    rows = int(labelled.get_column("row").max() or 0) + 1 if labelled.height else 0
+    xs = sequences(labelled.select("row", "i", f=pl.concat_list(columns)), rows)
+    ys = sequences(labelled.select("row", "i", f=pl.col("y")), rows)
+    trainer = pycrfsuite.Trainer(verbose=False)
+    with progress_bar(
+        f"detect-train-crf {path.name}", total=len(xs), unit="notes", enabled=progress
+    ) as adv:
+        for x, y in zip(xs, ys, strict=True):
+            if x:
+                trainer.append(x, y)
+            adv(1)
+    trainer.set_params(
+        {
+            "c1": o.c1,
+            "c2": o.c2,
+            "max_iterations": o.max_iterations,
+            "feature.possible_transitions": True,
+        }
+    )
+    trainer.train(str(path))
+
+
 def train_crf(
     documents: pa.Table,
     gold: pa.Table,
@@ -148,61 +224,42 @@ def train_crf(
     dict
         What ``phisieve.json`` records, and the seconds taken.
     """
-    import pycrfsuite
-
-    from ..io.sources import open_source
-    from .run import detector
-
     o = options or CrfTrainOptions()
     _check(o)
     started = time.perf_counter()
-    src = open_source(documents, 4096)
-    found = detector(src, TRAINED_WITH, corpus=corpus, progress=progress)
-    texts = documents.column("text").combine_chunks()
-    doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
-    tok, spans = found.found(texts)
-    assert tok is not None
-    if o.drop_spans > 0 and spans.height:
-        hidden = np.random.default_rng(o.seed).random(spans.height) < o.drop_spans
-        spans = spans.filter(pl.Series(~hidden))
-    feats = crf_features(token_table(texts, tok), spans)
-    labelled = word_labels(feats, gold, doc_ids).sort("row", "i")
+    notes = _notes(documents)
+    labelled = _labelled(notes, gold, corpus, o, progress)
     phi_words = int((labelled.get_column("y") != "O").sum())
     if not phi_words:
         raise InputError("the annotated notes have no gold PHI span to learn from")
-    ys = sequences(labelled.select("row", "i", f=pl.col("y")), len(doc_ids))
+    words, labels = labelled.height, set(labelled.get_column("y").unique().to_list())
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    # The tagger sees the rules'/lists' spans; the finder only the words.
-    for name, columns in (
-        (MODEL_FILE, feature_columns(labelled)),
-        (FINDER_FILE, feature_columns(labelled, spans=False)),
-    ):
-        xs = sequences(labelled.select("row", "i", f=pl.concat_list(columns)), len(doc_ids))
-        trainer = pycrfsuite.Trainer(verbose=False)
-        with progress_bar(
-            f"detect-train-crf {name}", total=len(xs), unit="notes", enabled=progress
-        ) as adv:
-            for x, y in zip(xs, ys, strict=True):
-                if x:
-                    trainer.append(x, y)
-                adv(1)
-        trainer.set_params(
-            {
-                "c1": o.c1,
-                "c2": o.c2,
-                "max_iterations": o.max_iterations,
-                "feature.possible_transitions": True,
-            }
+    # The tagger sees the rules'/lists' spans, of the notes as given: it is the same with or
+    # without copies. The finder sees only the words, of the notes and their copies.
+    _fit(folder / MODEL_FILE, labelled, feature_columns(labelled), o, progress)
+    copied = {"copied": 0, "skipped": 0}
+    if o.augment:
+        from ..phi.augment import refilled
+
+        copies, copies_gold, copied = refilled(notes, gold, o.augment, o.seed)
+        counted = notes if corpus is None else _notes(open_source(corpus).table())
+        labelled = _labelled(
+            pa.concat_tables([notes, copies]),
+            pa.concat_tables([_gold(gold), copies_gold]),
+            pa.concat_tables([counted, copies]),
+            o,
+            progress,
         )
-        trainer.train(str(folder / name))
+    _fit(folder / FINDER_FILE, labelled, feature_columns(labelled, spans=False), o, progress)
     info = {
         "format": FORMAT,
         "options": asdict(o),
-        "notes": len(doc_ids),
-        "words": labelled.height,
+        "notes": notes.num_rows,
+        "refilled_copies": copied,
+        "words": words,
         "phi_words": phi_words,
-        "labels": sorted(set(labelled.get_column("y").unique().to_list())),
+        "labels": sorted(labels),
         "features_from": list(TRAINED_WITH),
     }
     (folder / INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")

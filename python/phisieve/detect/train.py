@@ -118,6 +118,7 @@ def train_recognizer(
     learning_rate: float = 1e-4,
     o_weight: float = 0.1,
     negative_share: float = 0.3,
+    augment: int = 0,
     seed: int = 0,
     device: str | None = None,
     progress: bool = False,
@@ -143,8 +144,12 @@ def train_recognizer(
     negative_share
         Windows without PHI are kept with this probability, drawn from a keyed hash of
         (``seed``, doc_id, window), independent of order and batches.
+    augment
+        Also train on this many copies of each note with its gold PHI re-filled by fresh
+        surrogates (:func:`phisieve.phi.augment.refilled`, keyed by ``seed``).
     seed
-        Seeds initialisation of the classifier, shuffling and the negative windows.
+        Seeds initialisation of the classifier, shuffling, the negative windows and the
+        copies' surrogates.
     device
         ``cuda``, ``cpu``...; default CUDA when available (bf16 autocast on CUDA).
 
@@ -162,6 +167,7 @@ def train_recognizer(
         learning_rate=learning_rate,
         o_weight=o_weight,
         negative_share=negative_share,
+        augment=augment,
         seed=seed,
         device=device,
     )
@@ -227,6 +233,16 @@ def fit_recognizer(
             strict=True,
         )
     )
+    copied = {"copied": 0, "skipped": 0}
+    if o.augment:
+        from ..phi.augment import refilled
+
+        copies, copies_gold, copied = refilled(documents, gold, o.augment, seed)
+        texts += copies.column("text").to_pylist()
+        doc_ids += copies.column("doc_id").to_pylist()
+        spans_of.update(
+            zip(copies_gold["doc_id"].to_pylist(), copies_gold["spans"].to_pylist(), strict=True)
+        )
     enc = _encode(tokenizer, texts, max_length, stride)
     rows, labels = [], []
     positive = 0
@@ -291,7 +307,8 @@ def fit_recognizer(
         "o_weight": o_weight,
         "base": "/".join(base.parts[-2:]),
         "seed": seed,
-        "notes": len(texts),
+        "notes": documents.num_rows,
+        "refilled_copies": copied,
         "windows": len(rows),
         "positive_windows": positive,
         "epochs": epochs,
@@ -317,7 +334,12 @@ class DetectTrainOptions:
     learning_rate: float = option(1e-4, "AdamW learning rate.")
     o_weight: float = option(0.1, "Loss weight of non-PHI tokens.")
     negative_share: float = option(0.3, "Share of windows without PHI kept (keyed by the seed).")
-    seed: int = option(0, "Seed of initialisation, order and sampling.")
+    augment: int = option(
+        0,
+        "Copies of each note with its gold PHI re-filled by fresh surrogates, trained on too: "
+        "the model learns where PHI goes, not these patients' PHI.",
+    )
+    seed: int = option(0, "Seed of initialisation, order, sampling and the copies.")
     device: str | None = option(None, "cuda, cpu...; default CUDA when available.")
 
 
@@ -352,6 +374,8 @@ class DetectTrainStage(Stage):
                 raise ConfigError(f"{name} must be at least 1, not {value}")
         if not 0 < o.o_weight <= 1 or not 0 <= o.negative_share <= 1:
             raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
+        if o.augment < 0:
+            raise ConfigError(f"augment must be >= 0, not {o.augment}")
 
     def build(self, ctx: Context, target: Path) -> None:
         docs = ctx.values.get("docs")

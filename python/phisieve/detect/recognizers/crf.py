@@ -10,7 +10,9 @@ Two uses of its per-word probabilities:
   (source ``crf:LABEL``), which finds PHI that no rule or list knows;
 * **finding**: a second CRF, the *finder*, sees the words without the other recognizers'
   spans, and tags the words it gives a PHI probability of at least ``find`` (:data:`FIND`,
-  source ``crf:find:LABEL``): what it finds does not hang on a rule having fired;
+  source ``crf:find:LABEL``): what it finds does not hang on a rule having fired; it is
+  trained on surrogate-filled copies of the notes too, so it knows where PHI goes more than
+  which PHI the training patients had;
 * **vetting**: a ``rules``/``lists`` span of a category the CRF learnt is dropped when the
   CRF gives every word it covers a PHI probability below ``verify`` (:data:`VERIFY`):
   single-source false alarms, where the precision of the hand-written recognizers goes.
