@@ -106,6 +106,7 @@ def _notes(documents: pa.Table) -> pa.Table:
 
 
 def _gold(gold: pa.Table) -> pa.Table:
+    """``doc_id`` (as strings) and ``spans`` of a gold table, as the copies' gold has them."""
     require_columns(gold.schema, ["doc_id", "spans"], "spans")
     return pa.table(
         {"doc_id": gold["doc_id"].cast(pa.string()), "spans": gold["spans"].cast(SPANS)}
