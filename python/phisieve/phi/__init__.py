@@ -1,5 +1,7 @@
 """Dummy PHI (DESIGN.md §7): keys (:mod:`phisieve.phi.secret`), the MIMIC-III placeholder
 grammar (:mod:`phisieve.phi.placeholders`), keyed surrogates with one date shift per patient
 (:mod:`phisieve.phi.surrogate`), gold spans turned back into placeholders
-(:mod:`phisieve.phi.gold`), and canaries: secrets planted to measure memorisation
-(:mod:`phisieve.phi.canaries`)."""
+(:mod:`phisieve.phi.gold`), canaries: secrets planted to measure memorisation
+(:mod:`phisieve.phi.canaries`), annotated notes re-filled with fresh surrogates, training data
+for detection (:mod:`phisieve.phi.augment`), and the US Census name frequencies
+(:mod:`phisieve.phi.census`)."""
