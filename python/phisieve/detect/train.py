@@ -201,11 +201,7 @@ def fit_recognizer(
         o.negative_share,
         o.seed,
     )
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if value < 1:
-            raise ConfigError(f"{name} must be at least 1, not {value}")
-    if not 0 < o_weight <= 1 or not 0 <= negative_share <= 1:
-        raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
+    check_options(o)
     base = Path(base)
     if not (base / "config.json").exists():
         raise ConfigError(f"{base} is not a model folder (no config.json)")
@@ -343,6 +339,17 @@ class DetectTrainOptions:
     device: str | None = option(None, "cuda, cpu...; default CUDA when available.")
 
 
+def check_options(o: DetectTrainOptions) -> None:
+    """Refuse options :func:`fit_recognizer` cannot train with (:class:`ConfigError`)."""
+    for name, value in (("epochs", o.epochs), ("batch_size", o.batch_size)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, not {value}")
+    if not 0 < o.o_weight <= 1 or not 0 <= o.negative_share <= 1:
+        raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
+    if o.augment < 0:
+        raise ConfigError(f"augment must be >= 0, not {o.augment}")
+
+
 class DetectTrainStage(Stage):
     """``phisieve detect-train``: a BIO token-classification recognizer fine-tuned on
     annotated notes (:func:`train_recognizer`); its output folder is a model, for
@@ -368,14 +375,7 @@ class DetectTrainStage(Stage):
     output = Output(FOLDER, "The model folder to write.")
 
     def check(self) -> None:
-        o = self.options
-        for name, value in (("epochs", o.epochs), ("batch_size", o.batch_size)):
-            if value < 1:
-                raise ConfigError(f"{name} must be at least 1, not {value}")
-        if not 0 < o.o_weight <= 1 or not 0 <= o.negative_share <= 1:
-            raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
-        if o.augment < 0:
-            raise ConfigError(f"augment must be >= 0, not {o.augment}")
+        check_options(self.options)
 
     def build(self, ctx: Context, target: Path) -> None:
         docs = ctx.values.get("docs")
