@@ -288,6 +288,11 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
         "seed": 0,
     }
     assert first["phi_words"] > 0 and "O" in info["labels"]
+    for model, key in (("crf.crfsuite", "labels"), ("finder.crfsuite", "finder_labels")):
+        tagger = pycrfsuite.Tagger()
+        tagger.open(str(tmp_path / "a" / model))
+        assert info[key] == sorted(tagger.labels())  # what each model can emit
+        tagger.close()
     # No text of the notes in what the model folder records.
     assert not any(w in json.dumps(info) for w in ("Dr.", "Hospital"))
     found = detect(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])

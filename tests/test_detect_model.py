@@ -324,6 +324,11 @@ def test_cross_validation_trains_one_model_per_fold(
         main(["detect-eval", "--corpus", str(folder), "--cv", "2", "--recognizers", "model"])
     assert e.value.code == 2
     assert "needs --base" in capsys.readouterr().err
+    base = ["--recognizers", "model", "--base", str(tiny_base)]
+    with pytest.raises(SystemExit) as e:
+        main(["detect-eval", "--corpus", str(folder), "--cv", "2", *base, "--augment", "-1"])
+    assert e.value.code == 2
+    assert "augment must be >= 0" in capsys.readouterr().err
 
 
 def test_training_on_hostile_notes(tiny_base: Path, tmp_path):

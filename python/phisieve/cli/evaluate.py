@@ -77,6 +77,13 @@ def detect_eval(
     learning_rate: Annotated[
         float, typer.Option(help="With --base: the learning rate (see detect-train).")
     ] = 1e-4,
+    augment: Annotated[
+        int,
+        typer.Option(
+            help="With --base: also train each fold's model on this many surrogate-filled "
+            "copies of each training note (see detect-train)."
+        ),
+    ] = 0,
     json_out: JsonOut = None,
     overwrite: Overwrite = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
@@ -89,7 +96,12 @@ def detect_eval(
         check_output(json_out, overwrite, kind=FILE)
     options = detect_options(recognizers, deny, allow, stanza_model)
     recorded = {"recognizers": recognizers, "cv": cv, "seed": seed, "learn_deny": learn_deny,
-                "epochs": epochs, "learning_rate": learning_rate}  # fmt: skip
+                "epochs": epochs, "learning_rate": learning_rate, "augment": augment}  # fmt: skip
+    train_options = {"epochs": epochs, "learning_rate": learning_rate, "augment": augment}
+    if cv and "model" in options["recognizers"]:
+        from ..detect.train import DetectTrainOptions, check_options
+
+        check_options(DetectTrainOptions(**train_options))  # before any fold is trained
     if cv:
         from ..detect.cv import cross_validate, format_mean_sd
 
@@ -111,7 +123,7 @@ def detect_eval(
             seed=seed,
             learn_deny=learn_deny,
             base=base,
-            train_options={"epochs": epochs, "learning_rate": learning_rate},
+            train_options=train_options,
             on_fold=report,
             **options,
         )

@@ -233,7 +233,7 @@ def train_crf(
     phi_words = int((labelled.get_column("y") != "O").sum())
     if not phi_words:
         raise InputError("the annotated notes have no gold PHI span to learn from")
-    words, labels = labelled.height, set(labelled.get_column("y").unique().to_list())
+    words, labels = labelled.height, _labels(labelled)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     # The tagger sees the rules'/lists' spans, of the notes as given: it is the same with or
@@ -253,6 +253,7 @@ def train_crf(
             progress,
         )
     _fit(folder / FINDER_FILE, labelled, feature_columns(labelled, spans=False), o, progress)
+    # The finder can emit labels only the copies hold (e.g. an ID surrogate's kind).
     info = {
         "format": FORMAT,
         "options": asdict(o),
@@ -260,11 +261,17 @@ def train_crf(
         "refilled_copies": copied,
         "words": words,
         "phi_words": phi_words,
-        "labels": sorted(labels),
+        "labels": labels,
+        "finder_labels": _labels(labelled),
         "features_from": list(TRAINED_WITH),
     }
     (folder / INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     return {**info, "seconds": time.perf_counter() - started}
+
+
+def _labels(labelled: pl.DataFrame) -> list[str]:
+    """The labels a model trained on ``labelled`` can emit, sorted."""
+    return sorted(labelled.get_column("y").unique().to_list())
 
 
 class DetectTrainCrfStage(Stage):
