@@ -293,6 +293,7 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
         tagger.open(str(tmp_path / "a" / model))
         assert info[key] == sorted(tagger.labels())  # what each model can emit
         tagger.close()
+    assert set(info["finder_labels"]) - set(info["labels"]) == {"ID"}  # from the copies only
     # No text of the notes in what the model folder records.
     assert not any(w in json.dumps(info) for w in ("Dr.", "Hospital"))
     found = detect(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])
