@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from phisieve import ConfigError
 from phisieve.training.masking import OBJECTIVES, MaskingConfig, make_batch, objective
 from tests.reference import sample_row
+
+LONGEST = 90
+"""The most tokens :func:`sequences` draws (30 words of 3 tokens): a batch this long fits any."""
 
 
 @st.composite
@@ -137,15 +140,24 @@ def test_ppmlm_never_targets_protected_exact_budget_whole_words(rows, seed):
         assert (labels[:n][targets] == np.array(row["input_ids"])[targets]).all()
 
 
+def longest_row() -> dict:
+    """The longest row :func:`sequences` can draw, every word protected but none direct."""
+    words = [w for w in range(LONGEST // 3) for _ in range(3)]
+    flags = [True] * LONGEST
+    return {"input_ids": [10 + w for w in words], "word_ids": words, "protected": flags,
+            "direct": [False] * LONGEST, "indirect": flags}  # fmt: skip
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(sequences(), min_size=1, max_size=6), seed=st.integers(0, 2**32))
+@example(rows=[longest_row()], seed=0)  # a full-length batch (CI once drew 65 tokens for 64)
 def test_causal_labels_are_inputs_except_protected_and_padding(rows, seed):
     b = batch_of(rows, list(range(len(rows))))
     for name, key in (("ppclm", "protected"), ("clm", None), ("dpp-clm", "direct")):
         out = make_batch(
             b,
             objective(name),
-            length=64,
+            length=LONGEST,
             pad_id=0,
             mask_id=None,
             vocab_size=1000,
@@ -156,7 +168,7 @@ def test_causal_labels_are_inputs_except_protected_and_padding(rows, seed):
             n = len(row["input_ids"])
             expect = [-100 if key and row[key][i] else row["input_ids"][i] for i in range(n)] + [
                 -100
-            ] * (64 - n)
+            ] * (LONGEST - n)
             assert out["labels"][r].tolist() == expect
             assert out["input_ids"][r][:n].tolist() == row["input_ids"]
 
