@@ -25,7 +25,10 @@ from phisieve.term_index import build as term_index
 from . import reference
 
 # Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
-ANY_CHAR = st.characters(exclude_categories=("Cs", "Cn", "Co"))
+# Three characters changed case properties after Python 3.11's Unicode 14.0, so Σ beside
+# them lowercases to σ in the reference and ς in Rust ("ΑΣʕ"): not drawn.
+CASE_SKEW = "\u0295\u02e4\U0001171e"
+ANY_CHAR = st.characters(exclude_categories=("Cs", "Cn", "Co"), exclude_characters=CASE_SKEW)
 WORDY = st.sampled_from(
     [
         "Dupont",
