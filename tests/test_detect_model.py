@@ -318,6 +318,10 @@ def test_cross_validation_trains_one_model_per_fold(
     assert held_out == [3, 3]
     with pytest.raises(ConfigError, match="may have seen the held-out"):
         cross_validate(documents, gold, [f"model:{tiny_model}"], k=2)
+    with pytest.raises(ConfigError, match="augment must be >= 0"):  # before any fold trains
+        cross_validate(
+            documents, gold, ["model"], k=2, base=tiny_base, train_options={"augment": -1}
+        )
     folder = tmp_path / "deid"
     write_physionet(folder, [(p.removeprefix("p"), t, phi) for p, t, phi in notes[:12]])
     with pytest.raises(SystemExit) as e:

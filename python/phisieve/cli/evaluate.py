@@ -95,13 +95,9 @@ def detect_eval(
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)
     options = detect_options(recognizers, deny, allow, stanza_model)
-    recorded = {"recognizers": recognizers, "cv": cv, "seed": seed, "learn_deny": learn_deny,
-                "epochs": epochs, "learning_rate": learning_rate, "augment": augment}  # fmt: skip
     train_options = {"epochs": epochs, "learning_rate": learning_rate, "augment": augment}
-    if cv and "model" in options["recognizers"]:
-        from ..detect.train import DetectTrainOptions, check_options
-
-        check_options(DetectTrainOptions(**train_options))  # before any fold is trained
+    recorded = {"recognizers": recognizers, "cv": cv, "seed": seed, "learn_deny": learn_deny,
+                **train_options}  # fmt: skip
     if cv:
         from ..detect.cv import cross_validate, format_mean_sd
 

@@ -153,6 +153,14 @@ def cross_validate(
     trains_model = "model" in recognizers
     if trains_model and base is None:
         raise ConfigError("the recognizer `model` in cross-validation needs --base (a BERT folder)")
+    if trains_model:
+        from dataclasses import fields
+
+        from .train import DetectTrainOptions, check_options
+
+        known = {f.name for f in fields(DetectTrainOptions)}
+        given = {k: v for k, v in (train_options or {}).items() if k in known}
+        check_options(DetectTrainOptions(**given))  # before any fold is trained
     if "patient_id" not in documents.column_names:
         raise ConfigError("cross-validation needs the notes' patient_id column")
     if documents.column("patient_id").null_count:
