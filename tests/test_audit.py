@@ -216,6 +216,40 @@ def test_verdict_reads_the_numbers_it_is_given():
     assert rows["Identifier privacy"] == "bad"
     assert rows["Calibrated memorisation gain, names, places"] == "bad"
     assert rows["Calibrated memorisation gain, dates, numbers"] == "ok"
+    assert rows["Differential privacy"] == "info"  # no claim
+    assert rows["Empirical lower bound on ε"] == "info"  # no canary patients
+
+
+def test_verdict_checks_a_dp_claim():
+    check = {"fpr": 0.1, "tpr": 0.2, "tpr_ci": [0.1, 0.3], "tpr_bound": 0.4, "exceeds": False}
+    data = {
+        "model": {"dp": {"epsilon": 1.0, "delta": 1e-3, "patients": 50, "accountant": "rdp",
+                         "patient_epsilon_by": "accountant"}},
+        "identifiers": {"members": {"overall": {"privacy": None}}},
+        "memorisation": {"alpha": {"gain": None, "gap": None},
+                         "numeric": {"gain": None, "gap": None}},
+        "membership": {"patient": {"loss": {"auc": 0.5, "auc_ci": [0.4, 0.6],
+                                            "tpr_at_fpr": [{"fpr": 0.01, "tpr": None,
+                                                            "negatives": 10,
+                                                            "estimable": False}],
+                                            "dp_check": [check]}}},
+        "identifier_mia": {},
+        "canaries": {"canaries": [], "one_run": {"epsilon_lower": 0.4, "canaries": 60,
+                                                 "best": {"correct": 20, "guesses": 24}}},
+    }  # fmt: skip
+    rows = {r["measure"]: r for r in _verdict(data, "ppmlm")}
+    claim = rows["Differential privacy: ε per patient (DP-SGD)"]
+    assert claim["value"] == 1.0 and "δ = 0.001" in claim["reading"]
+    attacks = rows["Patient membership attacks vs the TPR (ε, δ) allows"]
+    assert attacks["level"] == "ok" and attacks["value"] == 0.2
+    one = rows["Empirical lower bound on ε (one run, 95%)"]
+    assert one["level"] == "ok" and one["value"] == 0.4
+    # An attack above the cap, or a lower bound above ε: the claim does not hold.
+    check["exceeds"] = True
+    data["canaries"]["one_run"]["epsilon_lower"] = 1.5
+    rows = {r["measure"]: r for r in _verdict(data, "ppmlm")}
+    assert rows["Patient membership attacks vs the TPR (ε, δ) allows"]["level"] == "bad"
+    assert rows["Empirical lower bound on ε (one run, 95%)"]["level"] == "bad"
 
 
 # ---------------------------------------------------------------- real tiny models, end to end

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import re
+import shutil
 import struct
 from collections import Counter
 from datetime import date, datetime
@@ -25,6 +26,7 @@ from phisieve.io.sources import open_source
 from phisieve.phi.canaries import (
     CANARIES_FILE,
     KINDS,
+    WORDS,
     CanariesStage,
     candidate_indices,
     candidates,
@@ -155,6 +157,11 @@ def _index_of(kind: str, secret: str) -> int:
         return first[f] * 1000 + last[s]
     if kind == "date":
         return (datetime.strptime(secret, "%m/%d/%Y").date() - date(1900, 1, 1)).days
+    if kind == "words":
+        index = 0
+        for word in secret.split(" "):
+            index = index * len(WORDS) + WORDS.index(word)
+        return index
     assert re.fullmatch(r"[0-9]{7}", secret)
     return int(secret)
 
@@ -242,7 +249,14 @@ def test_canaries_per_repeat_count_and_kind(planted):
     assert manifest["insertions"] == 210 and manifest["corpus_patients"] == 40
     assert manifest["by_repeats"] == {"1": 10, "4": 10, "16": 10}
     assert manifest["by_kind"] == {"name": 12, "date": 9, "mrn": 9}
-    assert manifest["options"] == {"n": 30, "repeats": [1, 4, 16], "kinds": ["name", "date", "mrn"]}
+    assert manifest["options"] == {
+        "n": 30,
+        "repeats": [1, 4, 16],
+        "kinds": ["name", "date", "mrn"],
+        "new_patients": False,
+        "coin": False,
+    }
+    assert all(r["included"] and not r["new_patient"] for r in rows)
     assert read_manifest(out)["rows"] == read(out).num_rows
 
 
@@ -524,3 +538,84 @@ def test_canaries_command(corpus, planted, tmp_path):
     with pytest.raises(PhisieveError, match="must not be, contain or lie in an input"):
         canaries_command(corpus, tmp_path, 3, "1", "mrn", key, True)
     assert not (tmp_path / "bad").exists()
+
+
+# -- canary patients, planted by a coin (the audit's one-run lower bound on ε) ------------
+
+
+@pytest.fixture(scope="module")
+def coined(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("canaries") / "coin"
+    manifest = insert_canaries(
+        corpus, out, SECRET, n=50, repeats=(4, 16), new_patients=True, coin=True
+    )
+    return out, manifest
+
+
+def test_canary_patients_are_new_patients_planted_by_a_keyed_coin(corpus, coined):
+    out, manifest = coined
+    rows = read_canaries(out).to_pylist()
+    assert [r["canary_id"] for r in rows] == [f"canary-{i:03d}" for i in range(50)]
+    assert all(r["new_patient"] and r["kind"] == "words" for r in rows)
+    assert [r["patient_id"] for r in rows] == [f"patient-{r['canary_id']}" for r in rows]
+    # The coin: the low bit of a keyed draw of the canary's id, nothing else.
+    for r in rows:
+        assert r["included"] == bool(hmac_draw(SECRET, "coin", r["canary_id"]) & 1)
+        assert r["doc_ids"] == ([r["canary_id"]] if r["included"] else [])
+        assert len(r["secret"].split(" ")) == 8 and set(r["secret"].split(" ")) <= set(WORDS)
+    planted = [r for r in rows if r["included"]]
+    assert 15 <= len(planted) <= 35  # 50 fair coins
+    assert manifest["planted"] == len(planted) == manifest["new_patients"]
+    assert manifest["insertions"] == sum(r["repeats"] for r in planted)
+    # The input's rows come first, unchanged; then one note per planted canary patient: its
+    # sentence once per line, repeats times; the other columns empty.
+    before, after = read(corpus), read(out)
+    assert after.slice(0, before.num_rows).equals(before)
+    added = after.slice(before.num_rows).to_pylist()
+    assert [a["patient_id"] for a in added] == [r["patient_id"] for r in planted]
+    for a, r in zip(added, planted, strict=True):
+        assert a["doc_id"] == r["canary_id"] and a["group_id"] is None
+        assert a["text"] == "\n".join([sentence(r)] * r["repeats"])
+        assert a["category"] == "" and a["chartdate"] == ""
+    assert not (
+        set(read(corpus).column("patient_id").to_pylist()) & {r["patient_id"] for r in rows}
+    )
+
+
+def test_another_key_flips_other_coins(corpus, coined, tmp_path):
+    out, _ = coined
+    other = insert_canaries(
+        corpus, tmp_path / "o", OTHER_SECRET, n=50, repeats=(4, 16), new_patients=True,
+        coin=True,
+    )  # fmt: skip
+    assert other["planted"] != 0
+    mine = [r["included"] for r in read_canaries(out).to_pylist()]
+    theirs = [r["included"] for r in read_canaries(tmp_path / "o").to_pylist()]
+    assert mine != theirs
+
+
+def test_a_coin_needs_new_patients_and_new_ids(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="--coin needs --new-patients"):
+        insert_canaries(corpus, tmp_path / "a", SECRET, n=5, coin=True)
+    docs = read(corpus)
+    clash = docs.set_column(
+        1, "patient_id", pa.array(["patient-canary-001"] * docs.num_rows, pa.string())
+    )
+    with pytest.raises(InputError, match="already has a patient named like a canary"):
+        insert_canaries(clash, tmp_path / "b", SECRET, n=5, new_patients=True)
+    numbers = docs.set_column(0, "doc_id", pa.array(range(docs.num_rows), pa.int64()))
+    with pytest.raises(InputError, match="text ids"):
+        insert_canaries(numbers, tmp_path / "c", SECRET, n=5, new_patients=True)
+    assert not any((tmp_path / x).exists() for x in "abc")
+
+
+def test_older_canary_files_read_as_planted_in_patients_notes(planted, tmp_path):
+    out, _ = planted
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    shutil.copytree(meta_dir(out), meta_dir(copy))
+    f = side_file(copy, CANARIES_FILE)
+    pq.write_table(pq.read_table(f).drop_columns(["new_patient", "included"]), f)
+    t = read_canaries(copy)
+    assert t.column("new_patient").to_pylist() == [False] * 30
+    assert t.column("included").to_pylist() == [True] * 30

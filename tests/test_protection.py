@@ -279,10 +279,10 @@ def unprotected(physionet_docs, minilm, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", ["ppmlm", "ppclm", "dpp", "ipp"])
 def test_a_privacy_objective_refuses_a_dataset_that_protects_nothing(unprotected, name):
-    from phisieve.training.loaders import EncodedRows, MaskedBatches, PrivacyMaskingCollator
+    from phisieve.training.loaders import MaskedBatches, PoissonSteps, PrivacyMaskingCollator
 
     causal = True if name == "ppclm" else None
-    for make in (MaskedBatches, PrivacyMaskingCollator, EncodedRows):
+    for make in (MaskedBatches, PrivacyMaskingCollator, PoissonSteps):
         with pytest.raises(ConfigError, match=r"--terms|--spans") as e:
             make(unprotected, name, causal=causal)
         assert isinstance(e.value, PhisieveError) and "allow_unprotected" in str(e.value)

@@ -8,7 +8,7 @@ import torch
 
 import phisieve
 from phisieve import ConfigError
-from phisieve.training.loaders import EncodedRows, MaskedBatches, PrivacyMaskingCollator
+from phisieve.training.loaders import MaskedBatches, PoissonSteps, PrivacyMaskingCollator
 
 
 def collect(loader) -> list[dict]:
@@ -137,11 +137,13 @@ def test_collator_matches_the_loader(encoded_bert):
         assert torch.equal(a[k], b[k])
 
 
-def test_dp_rows_cap_sequences_per_patient(encoded_bert):
-    rows = EncodedRows(encoded_bert, "ppmlm", max_per_patient=3)
+def test_dp_steps_cap_sequences_per_patient(encoded_bert):
+    steps = PoissonSteps(encoded_bert, "ppmlm", sample_rate=0.5, key=7, max_per_patient=3)
+    rows, units = steps.rows(0)
+    patients = steps.table.column("patient_id").take(rows).to_pylist()
     counts: dict[str, int] = {}
-    for p in rows.table["patient_id"].to_pylist():
+    for p in patients:
         counts[p] = counts.get(p, 0) + 1
-    assert max(counts.values()) == 3 and len(counts) == rows.patients
-    batch = rows.collate([rows[0], rows[1]])
-    assert batch["input_ids"].shape == (2, 128)
+    assert max(counts.values()) == 3 and len(counts) == units[-1] + 1
+    batch = steps.batch(0)
+    assert batch["input_ids"].shape == (len(rows), 128) and batch["n_units"] == len(counts)

@@ -107,31 +107,26 @@ def test_tiny_gpt2_loss_decreases(objective, tiny_gpt2, encoded_gpt, pseudo_gpt,
     assert after < before - 0.5, (before, after)
 
 
-def test_dp_sgd_runs_and_reports_epsilon(minilm, encoded_bert, tmp_path):
+def test_dp_sgd_on_minilm_reports_a_patients_epsilon(minilm, encoded_bert, tmp_path):
+    """Patient-level DP-SGD on a real BERT: the patient is the unit, δ = 1/N^1.1, and more
+    steps spend more privacy."""
     cfg = TrainConfig(
         objective="ppmlm",
-        batch_size=8,
+        batch_size=4,
         max_steps=2,
         pad_to=8,
-        dp=DPConfig(noise_multiplier=1.0, max_per_patient=5),
+        dp=DPConfig(noise_multiplier=1.0, max_per_patient=3, secret=bytes(range(32))),
     )
     s = train(encoded_bert, minilm, tmp_path / "model", cfg)
     dp = s["dp"]
-    assert 0 < dp["epsilon"] < 10
-    assert dp["max_per_patient"] == 5 and dp["sequences"] <= 5 * 82
-    assert dp["delta"] == pytest.approx(1 / 82, rel=0.2)
-    again = train(
-        encoded_bert,
-        minilm,
-        tmp_path / "more",
-        TrainConfig(
-            objective="ppmlm",
-            batch_size=8,
-            max_steps=4,
-            pad_to=8,
-            dp=DPConfig(noise_multiplier=1.0, max_per_patient=5),
-        ),
-    )
+    assert dp["unit"] == "patient" and dp["patients"] == 82 and dp["units"] == 82
+    assert dp["delta"] == pytest.approx(1 / 82**1.1) and dp["delta"] < 1 / 82
+    assert dp["sample_rate"] == pytest.approx(4 / 82) and dp["steps"] == 2
+    assert 0 < dp["epsilon"] < 10 and dp["max_per_patient"] == 3
+    assert dp["randomness"] == "key" and dp["accountant"] == "rdp"
+    assert "bert.embeddings.word_embeddings.weight" in dp["frozen"]
+    cfg.max_steps = 4
+    again = train(encoded_bert, minilm, tmp_path / "more", cfg)
     assert again["dp"]["epsilon"] > dp["epsilon"]  # more steps spend more privacy
 
 

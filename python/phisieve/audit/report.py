@@ -399,6 +399,7 @@ def _header(result: dict[str, Any]) -> list[str]:
         ),
         ("Kind", _e(f"{model.get('kind') or _NULL} ({model.get('class') or 'unknown class'})")),
         ("Training objective", _e(model.get("objective") or "unknown (no train.json)")),
+        ("Differential privacy", _dp_cell(model.get("dp"))),
         (
             "Reference model",
             _e(ref.get("label") or ref.get("path")) if isinstance(ref, dict) else "none",
@@ -424,6 +425,62 @@ def _header(result: dict[str, Any]) -> list[str]:
             "--show-identifiers): handle it as protected health information.</p>",
         )
     return out
+
+
+def _dp_cell(dp: Any) -> str:
+    """The model's (ε, δ) per patient, with its unit and accountant, in words."""
+    if not isinstance(dp, dict):
+        return "none: not trained with DP-SGD (no bound on membership)"
+    eps, delta = dp.get("epsilon"), dp.get("delta")
+    if not _finite(eps):
+        return _e(f"DP-SGD without a patient's ε ({dp.get('patient_epsilon_by') or 'no noise'})")
+    return (
+        f"<strong>ε = {_val(eps, 'num', 3)}</strong> per patient at δ = {_val(delta, 'sig', 2)} "
+        f"<span class='why'>({_e(dp.get('patient_epsilon_by') or '')}; "
+        f"{_e(dp.get('accountant') or '')}, {_e(dp.get('accountant_version') or '')}; "
+        f"σ = {_val(dp.get('noise_multiplier'), 'sig', 3)}, {_val(dp.get('steps'), 'int')} "
+        f"steps, sampling rate {_val(dp.get('sample_rate'), 'sig', 3)} over "
+        f"{_val(dp.get('patients'), 'int')} patients)</span>"
+    )
+
+
+def _dp_checks(items: list[tuple[str, dict[str, Any]]], dp: Any) -> list[str]:
+    """Beside each patient-level attack, the TPR (ε, δ) allows at the FPR it reached."""
+    rows = []
+    for name, r in items:
+        for c in r.get("dp_check") or ():
+            cap = c.get("tpr_bound")
+            verdict = (
+                "<strong>above the cap</strong>"
+                if c.get("exceeds")
+                else ("within" if _finite(cap) else _null("no ε"))
+            )
+            rows.append(
+                (
+                    _e(name),
+                    _num_td(_val(c.get("fpr"), "pct", 1)),
+                    _num_td(_with_ci(c.get("tpr"), c.get("tpr_ci"), "pct", 1)),
+                    _num_td(_val(cap, "pct", 1, why="not trained with DP")),
+                    verdict,
+                )
+            )
+    if not rows:
+        return []
+    eps = dp.get("epsilon") if isinstance(dp, dict) else None
+    delta = dp.get("delta") if isinstance(dp, dict) else None
+    lead = (
+        f"The model claims ε = {_val(eps, 'num', 3)} per patient at δ = {_val(delta, 'sig', 2)}: "
+        if _finite(eps)
+        else "The model claims no ε: "
+    )
+    return [
+        "<h3>Patient level, against the differential-privacy cap</h3>",
+        f'<p class="lead">{lead}no attack can then flag more than min(1, e<sup>ε</sup>·FPR '
+        "+ δ, 1 − e<sup>−ε</sup>(1 − δ − FPR)) of the members at a false-positive rate FPR. "
+        "Measured TPR with its exact (Clopper–Pearson) 95% interval over the member patients, "
+        "at the attack's most liberal threshold whose FPR stays within each level.</p>",
+        _table(["Score", "FPR", "TPR [95% CI]", "TPR (ε, δ) allows", "Reading"], rows),
+    ]
 
 
 def _verdict(result: dict[str, Any]) -> list[str]:
@@ -649,6 +706,7 @@ def _membership(result: dict[str, Any]) -> list[str]:
         )
     if figures:
         out.append(f'<div class="figs">{"".join(figures)}</div>')
+    out += _dp_checks(_score_items(mia.get("patient")), _get(result, "model", "dp"))
     cdf = _cdf_plot(_score_items(mia.get("patient")))
     if cdf is not None:
         out.append("<h3>Per-patient scores: members vs non-members</h3>")
@@ -752,11 +810,52 @@ def _inversion(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _one_run(result: dict[str, Any]) -> list[str]:
+    one = _get(result, "canaries", "one_run")
+    out = ['<h3 id="one-run">A lower bound on ε from this training run</h3>']
+    if not isinstance(one, dict) or not _finite(one.get("epsilon_lower")):
+        why = one.get("why") if isinstance(one, dict) else None
+        return [*out, _not_run(why or "no canary patients planted by a coin")]
+    dp = _get(result, "model", "dp") or {}
+    eps = dp.get("epsilon")
+    claim = (
+        f"The accountant's ε is {_val(eps, 'num', 3)}: a lower bound above it would contradict "
+        "the guarantee."
+        if _finite(eps)
+        else "The model claims no ε: the bound says how much privacy it certainly lacks."
+    )
+    out.append(
+        f'<p class="lead">{_val(one.get("canaries"), "int")} canary patients were each planted '
+        f"in the training data by a keyed coin ({_val(one.get('planted'), 'int')} planted). "
+        "Ranked by the model's score, the highest are guessed planted and the lowest left out; "
+        "if the training were (ε, δ)-DP, this many correct guesses would be unlikely for ε "
+        "below the bound (Steinke, Nasr &amp; Jagielski 2023; each number of guesses tried at "
+        f"a Bonferroni-corrected level). Score: {_e(one.get('score') or '')}; δ = "
+        f"{_val(one.get('delta') or 0.0, 'sig', 2)}. {claim}</p>"
+    )
+    rows = [
+        (
+            _num_td(_val(t.get("guesses"), "int")),
+            _num_td(_val(t.get("correct"), "int")),
+            _num_td(_val(t.get("epsilon"), "num", 3)),
+        )
+        for t in one.get("tries") or ()
+    ]
+    out.append(
+        f"<p>Lower bound on ε at {_val(one.get('confidence'), 'pct', 0)} confidence: "
+        f"<strong>{_val(one.get('epsilon_lower'), 'num', 3)}</strong></p>"
+    )
+    out.append(_table(["Guesses", "Correct", "ε lower bound"], rows))
+    return out
+
+
 def _canaries(result: dict[str, Any]) -> list[str]:
     can = _get(result, "canaries")
     out = ['<h2 id="canaries">Canary exposure</h2>']
     if not isinstance(can, dict):
         return [*out, _not_run("no canaries were inserted in the training data")]
+    if not can.get("canaries"):
+        return [*out, "<p>No canary was planted in patients' notes.</p>", *_one_run(result)]
     out.append(
         '<p class="lead">Random dummy secrets (canaries) were inserted in the training data, '
         "some repeated. Exposure (bits) says how far above the other possible secrets the model "
@@ -803,7 +902,7 @@ def _canaries(result: dict[str, Any]) -> list[str]:
             + _table(["Canary", "Kind", "Repetitions", "Space", "Rank", "Exposure", "Rank"], rows)
             + "</details>"
         )
-    return out
+    return out + _one_run(result)
 
 
 def _top_recovered(result: dict[str, Any]) -> list[str]:

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..encode import read_encoding
@@ -58,7 +59,8 @@ from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from . import metrics
-from .scoring import Occurrence, Scorer, Sequences, sample, word_occurrences
+from .epsilon import dp_check, one_run_audit
+from .scoring import Occurrence, Scorer, Sequences, key, sample, word_occurrences
 
 SCHEMA = "phisieve-audit/1"
 SCORES = ("loss", "reference", "zlib", "min_k", "min_k_pp")
@@ -125,20 +127,45 @@ def _fingerprint(path: Path) -> str:
 
 def _model_info(path: Path, causal: bool, label: str | None) -> dict[str, Any]:
     conf = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    objective = None
+    trained: dict[str, Any] = {}
     train_json = side_file(path, "train.json")
     if not train_json.is_file():  # a model trained before train.json moved beside it
         train_json = path / "train.json"
     if train_json.is_file():
-        objective = json.loads(train_json.read_text(encoding="utf-8")).get("objective")
+        trained = json.loads(train_json.read_text(encoding="utf-8"))
     return {
         "path": str(path.absolute()),
         "class": (conf.get("architectures") or ["?"])[0],
         "kind": "causal" if causal else "masked",
         "fingerprint": _fingerprint(path),
-        "objective": objective,
+        "objective": trained.get("objective"),
         "label": label or path.name,
+        "dp": _dp_claim(trained.get("dp")),
     }
+
+
+DP_KEYS = (
+    "unit", "epsilon", "delta", "patient_epsilon_by", "accountant", "accountant_version",
+    "noise_multiplier", "sample_rate", "steps", "patients", "max_per_patient", "max_grad_norm",
+)  # fmt: skip
+
+
+def _dp_claim(dp: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The (ε, δ) per patient a model's ``train.json`` claims, or ``None`` (no DP-SGD). A
+    model trained before phisieve accounted patients recorded a per-sequence ε only: its
+    patient ε is ``None``."""
+    if not isinstance(dp, dict):
+        return None
+    if "unit" not in dp:
+        return {
+            "unit": "sequence",
+            "epsilon": None,
+            "delta": dp.get("delta"),
+            "sequence_epsilon": dp.get("epsilon"),
+            "patient_epsilon_by": "none: trained before phisieve accounted patients (the "
+            "recorded ε is per sequence, not a patient's)",
+        }
+    return {k: dp.get(k) for k in DP_KEYS}
 
 
 def _load(path: Path, causal: bool) -> Any:
@@ -246,6 +273,7 @@ def _membership(
     patients: dict[str, np.ndarray],
     n_boot: int,
     seed: int,
+    dp: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     sample_level: dict[str, Any] = {}
     patient_level: dict[str, Any] = {}
@@ -266,6 +294,8 @@ def _membership(
         _, vn = metrics.patient_means(n[okn], pn[okn])
         p = metrics.roc_summary(vm, vn, n_boot=n_boot, seed=seed)
         p["scores"] = {"members": vm.tolist(), "non_members": vn.tolist()}
+        eps, delta = (dp or {}).get("epsilon"), (dp or {}).get("delta")
+        p["dp_check"] = dp_check(vm, vn, eps, delta)
         patient_level[name] = p
     return {"sample": sample_level, "patient": patient_level}
 
@@ -416,12 +446,27 @@ def _span_list(sp: Any) -> list[tuple[int, int, str]]:
     return [(int(s["start"]), int(s["end"]), str(s["label"])) for s in sp]
 
 
-def _canaries(scorer: Scorer, tok: Any, path: Path, samples: int, seed: int) -> dict[str, Any]:
+def _canaries(
+    scorer: Scorer,
+    tok: Any,
+    path: Path,
+    samples: int,
+    seed: int,
+    *,
+    ref: Scorer | None = None,
+    dp: dict[str, Any] | None = None,
+    members: set[str] | None = None,
+) -> dict[str, Any]:
+    """Exposure of the canaries planted in patients' notes, and the one-run lower bound on
+    ε from canary patients planted by a coin (:func:`_one_run`); ``members``: the patients
+    of the members' data (as given, canary patients included)."""
     from ..phi import canaries as can
 
     table = can.read_canaries(path).to_pylist()
     rows = []
     for c in table:
+        if c["new_patient"] or not c["included"]:
+            continue
         space = int(c["space"])
         cands = [
             s
@@ -462,7 +507,100 @@ def _canaries(scorer: Scorer, tok: Any, path: Path, samples: int, seed: int) -> 
             }
             for k, v in sorted(by.items())
         ],
+        "one_run": _one_run(scorer, ref, tok, path, table, dp, members or set()),
     }
+
+
+def _one_run(
+    scorer: Scorer,
+    ref: Scorer | None,
+    tok: Any,
+    path: Path,
+    table: list[dict[str, Any]],
+    dp: dict[str, Any] | None,
+    members: set[str],
+) -> dict[str, Any]:
+    """The empirical lower bound on ε from one training run (Steinke, Nasr & Jagielski 2023;
+    :func:`~phisieve.audit.epsilon.one_run_audit`) over the canary patients of a ``phisieve
+    canaries --new-patients --coin`` output: each canary is scored by the model's
+    log-likelihood of its sentence (a masked LM's pseudo-log-likelihood, each word masked in
+    turn), minus the reference model's when there is one, and the audit guesses the highest
+    planted and the lowest left out. At the model's δ under DP, else at δ = 0. Every planted
+    canary patient must be among the members (the coin alone decides who is trained on)."""
+    from ..io.dataset import read_manifest
+
+    coin = [c for c in table if c["new_patient"]]
+    options = (read_manifest(path) or {}).get("options") or {}
+    if not coin or not options.get("coin"):
+        return {
+            "epsilon_lower": None,
+            "why": "needs canary patients planted by a coin (`phisieve canaries "
+            "--new-patients --coin`) in the training data",
+        }
+    stray = sum(1 for c in coin if c["included"] and c["patient_id"] not in members)
+    if stray:
+        return {
+            "epsilon_lower": None,
+            "why": f"{stray} planted canary patients are not among the members: plant them in "
+            "the training split (`phisieve canaries` on the members' documents, after `split`) "
+            "so that the coin alone decides which are trained on",
+        }
+    sentences = [f"{c['prefix']}{c['secret']}{c['suffix']}" for c in coin]
+    score = _sentence_loglik(scorer, tok, sentences)
+    calibrated = ref is not None
+    if ref is not None:
+        score = score - _sentence_loglik(ref, tok, sentences)
+    delta = float((dp or {}).get("delta") or 0.0) if (dp or {}).get("epsilon") else 0.0
+    result = one_run_audit(
+        score,
+        np.array([bool(c["included"]) for c in coin]),
+        delta=delta,
+        tiebreak=np.array([key(0, c["canary_id"]) for c in coin], dtype=np.uint64),
+    )
+    result["score"] = (
+        "sentence log-likelihood, model minus reference"
+        if calibrated
+        else "sentence log-likelihood under the model"
+    )
+    result["repeats"] = sorted({int(c["repeats"]) for c in coin})
+    result["why"] = None
+    return result
+
+
+def _sentence_loglik(scorer: Scorer, tok: Any, sentences: list[str]) -> np.ndarray:
+    """Each sentence's log-likelihood: a causal LM's log-probability of its tokens after the
+    start token; a masked LM's pseudo-log-likelihood (Salazar et al. 2020: every word masked
+    in turn, the others visible)."""
+    encs = [tok(s, add_special_tokens=False, verbose=False) for s in sentences]
+    if scorer.causal:
+        start = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
+        pre = [start] if start is not None else []
+        rows = [np.array(pre + list(e["input_ids"]), dtype=np.int64) for e in encs]
+        return scorer.sentence_logprob(rows, [len(pre)] * len(rows))
+    cls = [tok.cls_token_id] if tok.cls_token_id is not None else []
+    sep = [tok.sep_token_id] if tok.sep_token_id is not None else []
+    ids, words, owner, occ = [], [], [], []
+    for i, e in enumerate(encs):
+        w = np.array([-1 if x is None else x for x in e.word_ids()], dtype=np.int64)
+        row = np.array([*cls, *e["input_ids"], *sep], dtype=np.int64)
+        wrow = np.concatenate([[-1] * len(cls), w, [-1] * len(sep)]).astype(np.int64)
+        for word in np.unique(w[w >= 0]):
+            occ.append(Occurrence(len(ids), np.flatnonzero(wrow == word), False, False))
+            owner.append(i)
+        ids.append(row)
+        words.append(wrow)
+    seqs = Sequences(
+        seq_ids=np.arange(len(ids), dtype=np.uint64),
+        patients=np.zeros(len(ids), dtype=object),
+        ids=ids,
+        words=words,
+        direct=[np.zeros(len(r), bool) for r in ids],
+        indirect=[np.zeros(len(r), bool) for r in ids],
+    )
+    nll = scorer.word_scores(seqs, occ)["nll"]
+    out = np.zeros(len(sentences))
+    np.add.at(out, np.array(owner, dtype=np.int64), -nll)
+    return out
 
 
 def _secret_scores(
@@ -603,6 +741,8 @@ def _verdict(data: dict[str, Any], objective: str | None) -> list[dict[str, Any]
                 "level": "bad" if m is not None and b is not None and m > b + 0.05 else "ok",
             }
         )
+    rows = _dp_rows(data) + rows
+    rows.append(_one_run_row(data))
     can = data.get("canaries")
     if can and can["canaries"]:
         top = max(can["by_repeats"], key=lambda r: r["repeats"])
@@ -617,6 +757,99 @@ def _verdict(data: dict[str, Any], objective: str | None) -> list[dict[str, Any]
             }
         )
     return rows
+
+
+def _dp_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdict's rows on the model's DP guarantee: the claim, and the membership attacks
+    against the TPR it allows."""
+    dp = (data.get("model") or {}).get("dp")
+    if not dp:
+        return [
+            {
+                "measure": "Differential privacy (ε per patient)",
+                "value": None,
+                "ci": None,
+                "reading": "not trained with DP-SGD: nothing bounds what the model reveals "
+                "about a patient's presence in the training data",
+                "level": "info",
+            }
+        ]
+    eps, delta = dp.get("epsilon"), dp.get("delta")
+    if eps is None:
+        return [
+            {
+                "measure": "Differential privacy (ε per patient)",
+                "value": None,
+                "ci": None,
+                "reading": f"DP-SGD without a patient's ε: {dp.get('patient_epsilon_by')}",
+                "level": "warn",
+            }
+        ]
+    rows = [
+        {
+            "measure": "Differential privacy: ε per patient (DP-SGD)",
+            "value": eps,
+            "ci": None,
+            "reading": f"at δ = {delta:.2g} over {dp.get('patients')} patients, by "
+            f"{dp.get('patient_epsilon_by')} ({dp.get('accountant')})",
+            "level": "info",
+        }
+    ]
+    checks = [
+        (name, c)
+        for name, r in data["membership"]["patient"].items()
+        for c in r.get("dp_check") or ()
+    ]
+    if checks:
+        name, worst = max(checks, key=lambda nc: nc[1]["tpr_ci"][0] - nc[1]["tpr_bound"])
+        over = [nc for nc in checks if nc[1]["exceeds"]]
+        rows.append(
+            {
+                "measure": "Patient membership attacks vs the TPR (ε, δ) allows",
+                "value": worst["tpr"],
+                "ci": worst["tpr_ci"],
+                "reading": (
+                    f"{len(over)} attack(s) beat the cap: the claimed guarantee does not hold"
+                    if over
+                    else f"within the cap at every FPR measured (closest: {name} at FPR "
+                    f"{worst['fpr']:.2f}, cap {worst['tpr_bound']:.3f})"
+                ),
+                "level": "bad" if over else "ok",
+            }
+        )
+    return rows
+
+
+def _one_run_row(data: dict[str, Any]) -> dict[str, Any]:
+    """The verdict's row on the empirical lower bound on ε (one training run)."""
+    one = (data.get("canaries") or {}).get("one_run") or {}
+    measure = "Empirical lower bound on ε (one run, 95%)"
+    lower = one.get("epsilon_lower")
+    if lower is None:
+        why = one.get("why") or (
+            "needs canary patients planted by a coin (`phisieve canaries --new-patients "
+            "--coin`) in the training data, passed as --canaries"
+        )
+        return {"measure": measure, "value": None, "ci": None, "reading": why, "level": "info"}
+    dp = (data.get("model") or {}).get("dp") or {}
+    eps = dp.get("epsilon")
+    best = one["best"]
+    seen = f"{best['correct']} of {best['guesses']} guesses right on {one['canaries']} canaries"
+    if eps is not None:
+        ok = lower <= eps
+        reading = (
+            f"{seen}; at most the accountant's ε = {eps:.3g}, as it must be"
+            if ok
+            else f"{seen}; above the accountant's ε = {eps:.3g}: the guarantee is contradicted"
+        )
+        level = "ok" if ok else "bad"
+    elif lower > 0:
+        reading = f"{seen}: the training is not ε-DP for any ε below this"
+        level = "warn"
+    else:
+        reading = f"{seen}: no leak of canary patients detected"
+        level = "ok"
+    return {"measure": measure, "value": lower, "ci": None, "reading": reading, "level": level}
 
 
 def _notes(objective: str | None) -> list[str]:
@@ -784,6 +1017,10 @@ def measure(
             raise ConfigError("the reference model must be of the same kind as the model")
         ref_info = _model_info(reference_model, causal, None)
     tm, tn = _read(members), _read(non_members)
+    member_patients = set(pc.unique(tm.column("patient_id")).to_pylist())
+    canary_patients = _canary_patients(canaries)
+    if canary_patients:  # canary patients are the one-run audit's, not members or not
+        tm, tn = _without(tm, canary_patients), _without(tn, canary_patients)
     sm, sn = Sequences.of(tm), Sequences.of(tn)
     if not len(sm) or not len(sn):
         raise InputError("no sequences", path=members if not len(sm) else non_members)
@@ -893,6 +1130,7 @@ def measure(
             {"members": sm.patients, "non_members": sn.patients},
             n_boot,
             seed,
+            info["dp"],
         )
         id_mia = _identifier_mia(sides, sm, sn)
         lap("statistics")
@@ -927,7 +1165,10 @@ def measure(
             inversion = {"slots": 0, "why": "model inversion is defined here for masked LMs"}
         canary_result = None
         if canaries is not None:
-            canary_result = _canaries(scorer, tok, Path(canaries), canary_samples, seed)
+            canary_result = _canaries(
+                scorer, tok, Path(canaries), canary_samples, seed, ref=ref, dp=info["dp"],
+                members=member_patients,
+            )  # fmt: skip
         lap("inversion_and_canaries")
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -952,6 +1193,22 @@ def measure(
     data["verdict"] = _verdict(data, info["objective"])
     data["notes"] = _notes(info["objective"])
     return _jsonable(data), timings
+
+
+def _canary_patients(canaries: str | Path | None) -> set[str]:
+    """The ids of the canary patients (``--new-patients``) of a canaries output."""
+    if canaries is None:
+        return set()
+    from ..phi.canaries import read_canaries
+
+    t = read_canaries(canaries)
+    new = t.column("new_patient").to_pylist()
+    return {p for p, n in zip(t.column("patient_id").to_pylist(), new, strict=True) if n}
+
+
+def _without(table: pa.Table, patients: set[str]) -> pa.Table:
+    keep = pc.invert(pc.is_in(table.column("patient_id"), value_set=pa.array(sorted(patients))))
+    return table.filter(keep)
 
 
 def _created() -> str:

@@ -202,9 +202,18 @@ def split(manifest: dict[str, Any], out: Path) -> Lines:
 
 
 def canaries(m: dict[str, Any], out: Path) -> Lines:
+    where = (
+        f"{m['new_patients']} new canary patients"
+        if m.get("new_patients")
+        else f"{m['patients']} patients' notes"
+    )
+    planted = m.get("planted", m["canaries"])
+    left = m["canaries"] - planted
+    coin = f", {left} left out by the coin" if left else ""
     return [
-        f"{m['canaries']} canaries ({m['insertions']} insertions) in {m['patients']} patients' "
-        f"notes written to {out}; their secrets are in {side_file(out, 'canaries.parquet')}"
+        f"{planted} of {m['canaries']} canaries planted{coin} ({m['insertions']} insertions) "
+        f"in {where}, written to {out}; their secrets are in "
+        f"{side_file(out, 'canaries.parquet')}"
     ]
 
 
@@ -221,8 +230,19 @@ def train(m: dict[str, Any], out: Path) -> Lines:
         f"{m['objective']}: {m['steps']} steps on {m['device']}, "
         f"loss {m['first_loss']:.3f} -> {m['final_loss']:.3f}"
     )
-    if m.get("dp"):
-        line += f"; DP-SGD ε = {m['dp']['epsilon']:.2f} at δ = {m['dp']['delta']:.2g}"
+    dp = m.get("dp")
+    if dp and dp["epsilon"] is None:
+        line += "; DP-SGD without noise: no finite ε (clipping only)"
+    elif dp:
+        line += (
+            f"; DP-SGD: ε = {dp['epsilon']:.2f} per patient at δ = {dp['delta']:.2g} "
+            f"({dp['accountant']}, {dp['patients']:,} patients, σ = {dp['noise_multiplier']:.3g})"
+        )
+        if dp["unit"] == "sequence":
+            line += (
+                f", by group privacy over {dp['max_per_patient']} sequences from ε = "
+                f"{dp['sequence']['epsilon']:.2f} per sequence"
+            )
     return [line + f"; model written to {out}"]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from functools import cache
 from typing import Any
@@ -68,6 +68,21 @@ LAST_DAY = date(2099, 12, 31)
 """The ``date`` kind's range (both ends included)."""
 MRN_DIGITS = 7
 """The ``mrn`` kind's width (leading zeros allowed)."""
+WORDS = (
+    "apple", "basket", "bottle", "bridge", "button", "camera", "candle", "carpet", "castle",
+    "cheese", "circle", "cloud", "copper", "corner", "cotton", "garden", "glass", "guitar",
+    "hammer", "island", "jacket", "kettle", "ladder", "lemon", "marble", "meadow", "mirror",
+    "orange", "paper", "pencil", "piano", "pillow", "planet", "pocket", "rabbit", "ribbon",
+    "river", "rocket", "saddle", "shadow", "silver", "spoon", "stone", "summer", "table",
+    "ticket", "tiger", "timber", "tomato", "tower", "train", "tunnel", "valley", "velvet",
+    "wagon", "wallet", "window", "winter", "wooden", "yellow", "feather", "forest", "flower",
+    "violin"
+)  # fmt: skip
+"""The ``words`` kind's vocabulary: 64 everyday English words, none of them PHI, so that a
+privacy-preserving objective (which never predicts words used by fewer than k patients) still
+trains on them once several canary patients use each."""
+WORDS_PER_SECRET = 8
+"""Words in a ``words`` secret (64^8 = 2^48 secrets)."""
 _VERSION = "phisieve-canaries-v1"
 _SORT_SHARE = 4
 """:func:`candidates` shuffles the whole space when it asks for more than 1/4 of it."""
@@ -123,6 +138,13 @@ KINDS: dict[str, CanaryKind] = {
         10**MRN_DIGITS,
         f"a {MRN_DIGITS}-digit number, leading zeros allowed",
     ),
+    "words": CanaryKind(
+        "words",
+        "",
+        ".",
+        len(WORDS) ** WORDS_PER_SECRET,
+        f"{WORDS_PER_SECRET} words from a list of {len(WORDS)} everyday English words",
+    ),
 }
 """The canary kinds, by name."""
 
@@ -137,9 +159,14 @@ CANARY_SCHEMA = pa.schema(
         pa.field("repeats", pa.int32(), nullable=False),
         pa.field("doc_ids", pa.list_(pa.string()), nullable=False),
         pa.field("space", pa.int64(), nullable=False),
+        pa.field("new_patient", pa.bool_(), nullable=False),
+        pa.field("included", pa.bool_(), nullable=False),
     ]
 )
-"""Schema of ``canaries.parquet`` (``doc_ids`` takes the type of the input's ``doc_id``)."""
+"""Schema of ``canaries.parquet`` (``doc_ids`` takes the type of the input's ``doc_id``).
+``new_patient``: the canary is a patient of its own (``--new-patients``); ``included``:
+planted in the output (false for a canary the keyed coin of ``--coin`` left out, whose
+``doc_ids`` is then empty). Files written before these columns read as false and true."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,6 +226,10 @@ def secrets_at(kind: str, indices: Iterable[int] | np.ndarray) -> list[str]:
     if kind == "date":
         days = np.datetime64(FIRST_DAY.isoformat(), "D") + idx
         return [f"{s[5:7]}/{s[8:10]}/{s[:4]}" for s in np.datetime_as_string(days).tolist()]
+    if kind == "words":
+        base = len(WORDS)
+        digits = [(idx // base**d) % base for d in range(WORDS_PER_SECRET - 1, -1, -1)]
+        return [" ".join(WORDS[int(c[i])] for c in digits) for i in range(len(idx))]
     return [f"{i:0{MRN_DIGITS}d}" for i in idx.tolist()]
 
 
@@ -208,7 +239,8 @@ def secret_at(kind: str, index: int) -> str:
 
     ``name``: ``first[index // 1000] + " " + last[index % 1000]`` over the alphabetical lists;
     ``date``: the day ``index`` days after 01/01/1900, ``MM/DD/YYYY``; ``mrn``: ``index`` in 7
-    digits.
+    digits; ``words``: the 8 base-64 digits of ``index`` (most significant first) as words of
+    :data:`WORDS`.
 
     Raises
     ------
@@ -294,6 +326,12 @@ class _Canary:
     repeats: int
     patient_id: str
     secret: str
+    new_patient: bool = False
+    included: bool = True
+
+
+NEW_PATIENT_PREFIX = "patient-"
+"""A canary patient's id is this prefix and the canary's id (``patient-canary-007``)."""
 
 
 def _check_int(name: str, value: Any, least: int) -> int:
@@ -314,20 +352,32 @@ def _check_plan(n: Any, repeats: Any, kinds: Any) -> tuple[int, tuple[int, ...],
 
 
 def _plan(
-    secret: bytes, patients: list[str], n: int, repeats: tuple[int, ...], kinds: tuple[str, ...]
+    secret: bytes,
+    patients: list[str],
+    n: int,
+    repeats: tuple[int, ...],
+    kinds: tuple[str, ...],
+    *,
+    new_patients: bool = False,
+    coin: bool = False,
 ) -> list[_Canary]:
     """The canaries: ``n`` split evenly over the repeat counts (the first ones get one more
     when it does not divide), kinds cycling within each repeat count, one patient each (the
-    ``n`` smallest keyed draws of the patient ids), secrets by keyed draw (distinct within a
-    kind: a draw that repeats an earlier canary's secret is drawn again)."""
-    m = len(patients)
-    order = _draws(secret, _const("patient", m), patients)
-    chosen = [p for _, p in sorted(zip(order.tolist(), patients, strict=True))[:n]]
+    ``n`` smallest keyed draws of the patient ids, or with ``new_patients`` a new patient
+    ``patient-<canary id>``), secrets by keyed draw (distinct within a kind: a draw that
+    repeats an earlier canary's secret is drawn again); with ``coin``, each canary is
+    included when the low bit of a keyed draw of its id is 1 (probability 1/2, independently
+    of every other canary and of the data)."""
     width = max(3, len(str(n - 1)))
     plan: list[tuple[str, str, int]] = []
     for j, r in enumerate(repeats):
         for i in range(n // len(repeats) + (j < n % len(repeats))):
             plan.append((f"canary-{len(plan):0{width}d}", kinds[i % len(kinds)], r))
+    if new_patients:
+        chosen = [f"{NEW_PATIENT_PREFIX}{cid}" for cid, _, _ in plan]
+    else:
+        order = _draws(secret, _const("patient", len(patients)), patients)
+        chosen = [p for _, p in sorted(zip(order.tolist(), patients, strict=True))[:n]]
     used: dict[str, set[int]] = {k: set() for k in kinds}
     out = []
     for (cid, kind, r), pid in zip(plan, chosen, strict=True):
@@ -339,7 +389,8 @@ def _plan(
                 break
             attempt += 1
         used[kind].add(index)
-        out.append(_Canary(cid, kind, r, pid, secret_at(kind, index)))
+        included = not coin or bool(_draws(secret, ["coin"], [cid])[0] & np.uint64(1))
+        out.append(_Canary(cid, kind, r, pid, secret_at(kind, index), new_patients, included))
     return out
 
 
@@ -350,7 +401,9 @@ def insert_canaries(
     *,
     n: int = 100,
     repeats: tuple[int, ...] = (1, 4, 16),
-    kinds: tuple[str, ...] = ("name", "date", "mrn"),
+    kinds: tuple[str, ...] | None = None,
+    new_patients: bool = False,
+    coin: bool = False,
     overwrite: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
@@ -383,7 +436,18 @@ def insert_canaries(
     repeats
         Distinct repeat counts (insertions per canary).
     kinds
-        Canary kinds (keys of :data:`KINDS`), cycled within each repeat count.
+        Canary kinds (keys of :data:`KINDS`), cycled within each repeat count (default
+        ``name, date, mrn``; ``words`` with ``new_patients``).
+    new_patients
+        Each canary is a patient of its own, ``patient-<canary id>``, whose one note (doc_id
+        the canary's id) holds its sentence ``repeats`` times, one per line; the other
+        columns are null (empty text where a text column cannot be null). Adding or removing
+        such a patient is exactly what patient-level DP bounds.
+    coin
+        Plant each canary only when a keyed coin says so (probability 1/2): the others are
+        recorded (``included`` false) but not planted. ``phisieve audit --canaries`` then
+        guesses which were planted and turns its correct guesses into a lower bound on the
+        model's ε (Steinke, Nasr & Jagielski 2023). Needs ``new_patients``.
     overwrite
         Replace an existing output (atomically).
     progress
@@ -404,9 +468,17 @@ def insert_canaries(
         A missing column, a one-shot stream, a chosen note without text, or a chosen
         patient's notes without distinct doc_ids.
     """
+    if kinds is None:
+        kinds = DEFAULT_KINDS[new_patients]
     n, repeats, kinds = _check_plan(n, repeats, kinds)
     stage = CanariesStage(
-        CanariesOptions(n=n, repeats=",".join(map(str, repeats)), kinds=",".join(kinds)),
+        CanariesOptions(
+            n=n,
+            repeats=",".join(map(str, repeats)),
+            kinds=",".join(kinds),
+            new_patients=new_patients,
+            coin=coin,
+        ),
         secret=secret,
     )
     return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
@@ -418,7 +490,23 @@ class CanariesOptions:
 
     n: int = option(100, "Canaries in all.", flag="--n")
     repeats: str = option("1,4,16", "Repetition counts, e.g. 1,4,16.")
-    kinds: str = option("name,date,mrn", "Secret kinds: name, date, mrn.")
+    kinds: str | None = option(
+        None,
+        "Secret kinds: name, date, mrn, words (default name,date,mrn; words with --new-patients).",
+    )
+    new_patients: bool = option(
+        False, "Each canary is a new patient whose one note holds its sentence repeated."
+    )
+    coin: bool = option(
+        False,
+        "Plant each canary with probability 1/2 by a keyed coin (the others are recorded, "
+        "not planted), for the audit's one-run lower bound on ε; needs --new-patients.",
+    )
+
+
+DEFAULT_KINDS = {False: ("name", "date", "mrn"), True: ("words",)}
+"""The kinds when none are asked for: secrets of PHI kinds in existing patients' notes;
+everyday words for canary patients (a privacy-preserving objective trains on them)."""
 
 
 @dataclass
@@ -430,6 +518,8 @@ class _Insertion:
     patients: pa.Array
     table: pa.Table
     stats: dict[str, Any]
+    new_rows: list[tuple[str, str, str]] = field(default_factory=list)
+    """(patient_id, doc_id, text) of the canary patients' notes (``--new-patients``)."""
 
 
 def _hosts(secret: bytes, canary_id: str, notes: list[Any], doc_type: pa.DataType) -> list[Any]:
@@ -470,9 +560,18 @@ class CanariesStage(Stage):
     def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
         self.secret = secret
         super().__init__(options, **values)
+        if self.options.new_patients:
+            # New rows come after the input's (flush), which the local engine writes.
+            self.distributed = False
 
     def plan(self) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
         """The checked number of canaries, repeat counts and kinds."""
+        if self.options.coin and not self.options.new_patients:
+            raise ConfigError(
+                "--coin needs --new-patients: a coin over canaries in existing patients' notes "
+                "changes a patient's record rather than adding or removing a patient, which "
+                "is not what a patient's ε bounds"
+            )
         reps = []
         for s in _parse_list("--repeats", self.options.repeats):
             if not s.isdigit() or int(s) < 1:
@@ -480,7 +579,11 @@ class CanariesStage(Stage):
                     f"--repeats takes positive whole numbers such as 1,4,16, not {s!r}"
                 )
             reps.append(int(s))
-        kinds = tuple(_parse_list("--kinds", self.options.kinds))
+        kinds = (
+            DEFAULT_KINDS[self.options.new_patients]
+            if self.options.kinds is None
+            else tuple(_parse_list("--kinds", self.options.kinds))
+        )
         return _check_plan(self.options.n, tuple(reps), kinds)
 
     def check(self) -> None:
@@ -493,7 +596,14 @@ class CanariesStage(Stage):
 
     def recorded(self) -> dict[str, Any]:
         n, repeats, kinds = self.plan()
-        return {"n": n, "repeats": list(repeats), "kinds": list(kinds)}
+        o = self.options
+        return {
+            "n": n,
+            "repeats": list(repeats),
+            "kinds": list(kinds),
+            "new_patients": o.new_patients,
+            "coin": o.coin,
+        }
 
     def open(self, ctx: Context) -> None:
         if self.secret is None:
@@ -506,18 +616,76 @@ class CanariesStage(Stage):
     def reduce(self, ctx: Context) -> _Insertion:
         assert self.secret is not None
         n, repeats, kinds = self.plan()
+        new = self.options.new_patients
         src = ctx.source("docs")
         seen: set[str] = set()
         for b in ctx.scan("docs", ["patient_id"], "patients"):
             seen.update(pc.unique(b.column(0).cast(pa.string())).drop_null().to_pylist())
-        if n > len(seen):
+        if not new and n > len(seen):
             raise ConfigError(
                 f"{n} canaries need {n} patients, one each; the documents have {len(seen)}: "
                 "ask for fewer canaries"
             )
-        plan = _plan(self.secret, sorted(seen), n, repeats, kinds)
-        by_patient = {c.patient_id: c for c in plan}
+        plan = _plan(
+            self.secret, sorted(seen), n, repeats, kinds, new_patients=new, coin=self.options.coin
+        )
+        self._schema = src.schema
+        doc_type = src.schema.field("doc_id").type
+        appended: dict[tuple[str, Any], str] = {}
+        doc_ids: dict[str, list[Any]] = {}
+        new_rows: list[tuple[str, str, str]] = []
+        if new:
+            _check_new_patients(src.schema, plan, seen)
+            for c in plan:
+                doc_ids[c.canary_id] = [c.canary_id] if c.included else []
+                if c.included:
+                    text = "\n".join([KINDS[c.kind].sentence(c.secret)] * c.repeats)
+                    new_rows.append((c.patient_id, c.canary_id, text))
+        else:
+            appended, doc_ids = self._in_notes(src, plan, doc_type)
+        planted = [c for c in plan if c.included]
+        table = pa.table(
+            {
+                "canary_id": [c.canary_id for c in plan],
+                "patient_id": [c.patient_id for c in plan],
+                "kind": [c.kind for c in plan],
+                "secret": [c.secret for c in plan],
+                "prefix": [KINDS[c.kind].prefix for c in plan],
+                "suffix": [KINDS[c.kind].suffix for c in plan],
+                "repeats": pa.array([c.repeats for c in plan], pa.int32()),
+                "doc_ids": pa.array([doc_ids[c.canary_id] for c in plan], pa.list_(doc_type)),
+                "space": pa.array([KINDS[c.kind].space for c in plan], pa.int64()),
+                "new_patient": pa.array([c.new_patient for c in plan], pa.bool_()),
+                "included": pa.array([c.included for c in plan], pa.bool_()),
+            },
+            schema=pa.schema(
+                [
+                    f if f.name != "doc_ids" else f.with_type(pa.list_(doc_type))
+                    for f in CANARY_SCHEMA
+                ]
+            ),
+        )
+        stats = {
+            "canaries": len(plan),
+            "planted": len(planted),
+            "insertions": sum(c.repeats for c in planted),
+            "patients": len({c.patient_id for c in planted}),
+            "new_patients": len(new_rows),
+            "corpus_patients": len(seen),
+            "notes_modified": len(appended),
+            "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
+            "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
+        }
+        chosen = pa.array(sorted({k[0] for k in appended}), pa.string())
+        return _Insertion(appended, chosen, table, stats, new_rows)
 
+    def _in_notes(
+        self, src: Any, plan: list[_Canary], doc_type: pa.DataType
+    ) -> tuple[dict[tuple[str, Any], str], dict[str, list[Any]]]:
+        """Where each canary's repeats go in its patient's notes: the text appended to each
+        ``(patient_id, doc_id)``, and each canary's host notes."""
+        assert self.secret is not None
+        by_patient = {c.patient_id: c for c in plan}
         # The chosen patients' notes (their doc_ids), in no particular order.
         notes: dict[str, list[Any]] = {p: [] for p in by_patient}
         chosen = pa.array(sorted(by_patient), pa.string())
@@ -531,8 +699,6 @@ class CanariesStage(Stage):
                     pid.take(hits).to_pylist(), b.column(1).take(hits).to_pylist(), strict=True
                 ):
                     notes[p].append(d)
-
-        doc_type = src.schema.field("doc_id").type
         appended: dict[tuple[str, Any], str] = {}
         doc_ids: dict[str, list[Any]] = {}
         for c in plan:
@@ -545,36 +711,7 @@ class CanariesStage(Stage):
                 key = (c.patient_id, d)
                 appended[key] = appended.get(key, "") + sentence
             doc_ids[c.canary_id] = where
-
-        table = pa.table(
-            {
-                "canary_id": [c.canary_id for c in plan],
-                "patient_id": [c.patient_id for c in plan],
-                "kind": [c.kind for c in plan],
-                "secret": [c.secret for c in plan],
-                "prefix": [KINDS[c.kind].prefix for c in plan],
-                "suffix": [KINDS[c.kind].suffix for c in plan],
-                "repeats": pa.array([c.repeats for c in plan], pa.int32()),
-                "doc_ids": pa.array([doc_ids[c.canary_id] for c in plan], pa.list_(doc_type)),
-                "space": pa.array([KINDS[c.kind].space for c in plan], pa.int64()),
-            },
-            schema=pa.schema(
-                [
-                    f if f.name != "doc_ids" else f.with_type(pa.list_(doc_type))
-                    for f in CANARY_SCHEMA
-                ]
-            ),
-        )
-        stats = {
-            "canaries": len(plan),
-            "insertions": sum(c.repeats for c in plan),
-            "patients": len(by_patient),
-            "corpus_patients": len(seen),
-            "notes_modified": len(appended),
-            "by_repeats": {str(r): sum(c.repeats == r for c in plan) for r in repeats},
-            "by_kind": {k: sum(c.kind == k for c in plan) for k in kinds},
-        }
-        return _Insertion(appended, chosen, table, stats)
+        return appended, doc_ids
 
     def map(self, batch: pa.RecordBatch, state: _Insertion, stats: Stats) -> pa.RecordBatch:
         pid = batch.column("patient_id").cast(pa.string())
@@ -597,11 +734,60 @@ class CanariesStage(Stage):
             batch = _append(batch, batch.schema.get_field_index("text"), rows, extra)
         return batch
 
+    def flush(self, state: _Insertion, stats: Stats) -> Iterable[Any]:
+        """The canary patients' notes, after the input's rows (``--new-patients``)."""
+        if not state.new_rows:
+            return ()
+        schema = self._schema
+        n = len(state.new_rows)
+        given = {
+            "patient_id": [r[0] for r in state.new_rows],
+            "doc_id": [r[1] for r in state.new_rows],
+            "text": [r[2] for r in state.new_rows],
+        }
+        columns = [
+            pa.array(given[f.name], f.type) if f.name in given else _filler(f, n) for f in schema
+        ]
+        return [pa.record_batch(columns, schema=schema)]
+
     def finish(self, ctx: Context, state: _Insertion) -> None:
         sink = pa.BufferOutputStream()
         pq.write_table(state.table, sink, compression="zstd")
         ctx.writer.write_side(CANARIES_FILE, sink.getvalue().to_pybytes())
         ctx.stats.update(state.stats)
+
+
+def _fillable(f: pa.Field) -> bool:
+    return f.nullable or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+
+
+def _filler(f: pa.Field, n: int) -> pa.Array:
+    """A column of the canary patients' notes that they give no value: null, or empty text
+    where the column cannot be null."""
+    return pa.nulls(n, f.type) if f.nullable else pa.array([""] * n, f.type)
+
+
+def _check_new_patients(schema: pa.Schema, plan: list[_Canary], seen: set[str]) -> None:
+    """Refuse canary patients that cannot be added: ids that are not text, other columns
+    that cannot be null, or an id the corpus already uses."""
+    for name in ("patient_id", "doc_id", "text"):
+        t = schema.field(name).type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise InputError(
+                f"--new-patients adds notes with text ids, but the column is {t}", column=name
+            )
+    for f in schema:
+        if f.name not in ("patient_id", "doc_id", "text") and not _fillable(f):
+            raise InputError(
+                "--new-patients leaves other columns null (or empty text), but this one cannot be",
+                column=f.name,
+            )
+    taken = [c.patient_id for c in plan if c.patient_id in seen]
+    if taken:
+        raise InputError(
+            f"the corpus already has a patient named like a canary patient ({taken[0]!r})",
+            column="patient_id",
+        )
 
 
 def _check_addressable(notes: list[Any]) -> None:
@@ -656,7 +842,14 @@ def read_canaries(path: str | os.PathLike[str]) -> pa.Table:
     f = side_file(path, CANARIES_FILE)
     if not f.is_file():
         raise InputError(f"the canaries output has no {CANARIES_FILE}", path=path)
-    return pq.read_table(f)
+    table = pq.read_table(f)
+    for name, value in (("new_patient", False), ("included", True)):  # older outputs
+        if name not in table.column_names:
+            table = table.append_column(
+                pa.field(name, pa.bool_(), nullable=False),
+                pa.array([value] * table.num_rows, pa.bool_()),
+            )
+    return table
 
 
 def _parse_list(option: str, value: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 * :mod:`phisieve.training.masking` — the PPMLM/PPCLM objectives and their batches;
 * :mod:`phisieve.training.loaders` — PyTorch datasets, loaders and a collator;
-* :mod:`phisieve.training.loop` — ``phisieve train``: the training loop, DP-SGD;
+* :mod:`phisieve.training.loop` — ``phisieve train``: the training loop;
+* :mod:`phisieve.training.dp` — DP-SGD with the patient as the privacy unit;
 * :mod:`phisieve.training.tokenizers` — WordPiece and byte-level BPE tokenizers learnt
   offline.
 """
@@ -14,11 +15,11 @@ from .._lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "EncodedRows": ".loaders",
+        "PoissonSteps": ".loaders",
         "MaskedBatches": ".loaders",
         "PrivacyMaskingCollator": ".loaders",
         "MaskingConfig": ".masking",
-        "DPConfig": ".loop",
+        "DPConfig": ".dp",
         "TrainConfig": ".loop",
         "train": ".loop",
     },

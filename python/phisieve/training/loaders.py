@@ -8,13 +8,15 @@
   ``r, r + R, ...``).
 * :class:`PrivacyMaskingCollator`: a ``transformers``-style data collator (for ``Trainer``)
   taking lists of ``encoded`` rows.
-* :class:`EncodedRows`: a map-style dataset of row numbers with a per-patient cap (DP-SGD).
+* :class:`PoissonSteps`: the steps of DP-SGD, patients (or sequences) drawn by Poisson
+  sampling (:mod:`phisieve.training.dp`).
 
 The mask sampler is single-threaded Rust (no rayon pool), so DataLoader workers may fork.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,7 +46,7 @@ from .masking import (
 
 try:
     import torch
-    from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 except ImportError as e:  # pragma: no cover - torch is an optional dependency
     raise MissingDependencyError("torch", "torch") from e
 
@@ -472,23 +474,72 @@ def _column(values: list[Any], t: pa.DataType) -> pa.Array:
     return _core.py_lists(lists, _KINDS[t.value_type]).cast(t)
 
 
-class EncodedRows(Dataset):
-    """A map-style dataset over an ``encoded`` dataset held in memory, with at most
-    ``max_per_patient`` sequences per patient (chosen at random from ``seed``): item ``i`` is
-    ``(i,)``, and :meth:`collate` builds the batch of a list of items. Used for DP-SGD, whose
-    Poisson sampling needs random access."""
+def _id_keys(values: list[Any]) -> np.ndarray:
+    """A stable 64-bit number per id (BLAKE2b of its text): what keyed draws take."""
+    return np.array(
+        [
+            int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=8).digest(), "little")
+            for v in values
+        ],
+        dtype=np.uint64,
+    )
+
+
+def _uniform(keys: np.ndarray) -> np.ndarray:
+    """Keys (uint64) as uniform draws in [0, 1) (53 bits)."""
+    return (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+class PoissonSteps(IterableDataset):
+    """The batches of DP-SGD with Poisson sampling over privacy units (patients, or
+    sequences), held in memory: step ``s`` takes unit ``u`` when a keyed draw of ``(s, u)``
+    is below ``sample_rate``, and, of a patient, at most ``max_per_patient`` sequences (the
+    smallest keyed draws of ``(s, seq_id)``). Each item is one step's batch: the objective's
+    tensors with the rows grouped by unit, ``units`` (each row's unit within the step, 0, 1,
+    ...), ``step`` and ``n_units``; masks are drawn with the step as their epoch.
+
+    Every draw is a pure function of ``key`` (from the run's secret), the step and the ids,
+    so the batches are the same with any number of DataLoader workers (worker ``w`` of ``W``
+    builds steps ``w, w + W, ...``; the loader returns them in order).
+
+    Parameters
+    ----------
+    path
+        The ``encoded`` dataset.
+    objective
+        The training objective (masks and labels; see :class:`MaskedBatches`).
+    unit
+        ``"patient"``: a unit is a patient (all of their sequences, at most
+        ``max_per_patient`` a step). ``"sequence"``: a unit is a sequence, of a training set
+        holding at most ``max_per_patient`` sequences of each patient (chosen once, by
+        keyed draws of ``seed``).
+    sample_rate
+        ``q``, each unit's probability of being in a step.
+    key
+        The key of the draws (:func:`phisieve.training.dp.sampling_key`).
+    """
 
     def __init__(
         self,
         path: str | Path,
         objective: str,
         *,
+        unit: str = "patient",
+        sample_rate: float = 0.01,
+        key: int = 0,
         seed: int = 0,
+        steps: int = 1,
+        start: int = 0,
         max_per_patient: int | None = None,
         masking: MaskingConfig | None = None,
         causal: bool | None = None,
+        pad_to: str | int = "max_len",
         allow_unprotected: bool = False,
     ) -> None:
+        if unit not in ("patient", "sequence"):
+            raise ConfigError(f"the unit is patient or sequence, not {unit!r}")
+        if not 0 < sample_rate <= 1:
+            raise ConfigError(f"the sampling rate must be in (0, 1], not {sample_rate}")
         self.encoding = read_encoding(Path(path))
         self.collator = PrivacyMaskingCollator(
             self.encoding,
@@ -496,41 +547,102 @@ class EncodedRows(Dataset):
             seed=seed,
             masking=masking,
             causal=causal,
+            pad_to=pad_to,
             allow_unprotected=allow_unprotected,
         )
-        table = pa.concat_tables(
-            [pq.read_table(f, columns=COLUMNS) for f in dataset_files(Path(path))]
+        files = dataset_files(Path(path))
+        table = (
+            pa.concat_tables([pq.read_table(f, columns=COLUMNS) for f in files])
+            if files
+            else pa.table({c: pa.array([], ENCODED.field(c).type) for c in COLUMNS})
         ).combine_chunks()
-        if max_per_patient is not None:
-            import polars as pl
-
-            seq = table.column("seq_id").to_numpy()
-            frame = pl.DataFrame(
-                {
-                    "row": np.arange(table.num_rows),
-                    "patient": table.column("patient_id").to_numpy(zero_copy_only=False),
-                    "key": shuffle_keys(seed, 0, 3, seq),
-                }
-            )
-            keep = (
-                frame.sort("key")
-                .group_by("patient", maintain_order=True)
-                .head(max_per_patient)["row"]
-                .sort()
-                .to_numpy()
-            )
-            table = table.take(pa.array(keep))
+        self.unit, self.sample_rate, self.key = unit, float(sample_rate), int(key)
+        self.seed, self.steps, self.start = seed, int(steps), int(start)
+        self.max_per_patient = max_per_patient
+        patients = table.column("patient_id").to_pylist()
+        seq = table.column("seq_id").to_numpy().astype(np.uint64)
+        names = sorted(set(patients))
+        self.patients = len(names)
+        if unit == "sequence" and max_per_patient is not None:
+            keep = np.sort(_capped(patients, seq, seed, max_per_patient))
+            table, seq = table.take(pa.array(keep)), seq[keep]
+            patients = [patients[i] for i in keep.tolist()]
         self.table = table.combine_chunks()
-        self.patients = len(set(self.table.column("patient_id").to_pylist()))
+        self.seq = seq
+        if unit == "patient":
+            index = {p: i for i, p in enumerate(names)}
+            of = np.array([index[p] for p in patients], dtype=np.int64)
+            order = np.lexsort((seq, of))
+            bounds = np.searchsorted(of[order], np.arange(len(names) + 1))
+            self.rows_of = [order[bounds[i] : bounds[i + 1]] for i in range(len(names))]
+            self.unit_keys = _id_keys(names)
+        else:
+            self.rows_of = None
+            self.unit_keys = seq
+        self.units = len(self.unit_keys)
+        """N: the number of units the sampling rate applies to."""
 
-    def __len__(self) -> int:
+    @property
+    def sequences(self) -> int:
+        """Sequences that can be sampled."""
         return self.table.num_rows
 
-    def __getitem__(self, i: int) -> tuple[Any]:
-        return (torch.tensor(i),)
+    def sampled(self, step: int) -> np.ndarray:
+        """The units (indices, ascending) in step ``step``."""
+        draws = _uniform(shuffle_keys(self.key, step, 11, self.unit_keys))
+        return np.flatnonzero(draws < self.sample_rate)
 
-    def collate(self, items: Sequence[tuple[Any]]) -> dict[str, Any]:
-        """The training batch of a list of items."""
-        rows = np.array([int(x[0]) for x in items], dtype=np.int64)
+    def rows(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of step ``step``, grouped by unit, and each row's unit within the step."""
+        chosen = self.sampled(step)
+        if self.rows_of is None:
+            return chosen.astype(np.int64), np.arange(len(chosen), dtype=np.int64)
+        rows, units = [], []
+        for j, u in enumerate(chosen.tolist()):
+            mine = self.rows_of[u]
+            if self.max_per_patient is not None and len(mine) > self.max_per_patient:
+                draws = shuffle_keys(self.key, step, 12, self.seq[mine])
+                mine = np.sort(mine[np.argsort(draws, kind="stable")[: self.max_per_patient]])
+            rows.append(mine)
+            units.append(np.full(len(mine), j, dtype=np.int64))
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(rows), np.concatenate(units)
+
+    def batch(self, step: int) -> dict[str, Any]:
+        """Step ``step``'s batch (tensors; no rows when no unit was drawn)."""
+        rows, units = self.rows(step)
+        out: dict[str, Any] = {"step": step, "n_units": int(units[-1]) + 1 if len(units) else 0}
+        out["units"] = torch.from_numpy(units)
+        if not len(rows):
+            return out
+        self.collator.set_epoch(step)
         batch = self.table.take(pa.array(rows)).combine_chunks().to_batches()[0]
-        return self.collator(batch)
+        out.update(self.collator(batch))
+        return out
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for step in range(self.start + worker, self.steps, workers):
+            yield self.batch(step)
+
+
+def _capped(patients: list[Any], seq: np.ndarray, seed: int, cap: int) -> np.ndarray:
+    """Rows keeping at most ``cap`` sequences of each patient (the smallest keyed draws of
+    ``(seed, seq_id)``)."""
+    import polars as pl
+
+    frame = pl.DataFrame(
+        {
+            "row": np.arange(len(patients)),
+            "patient": pl.Series(patients, dtype=pl.String),
+            "key": shuffle_keys(seed, 0, 3, seq),
+        }
+    )
+    return (
+        frame.sort("key", "row")
+        .group_by("patient", maintain_order=True)
+        .head(cap)["row"]
+        .to_numpy()
+    )

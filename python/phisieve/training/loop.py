@@ -2,9 +2,10 @@
 
 A plain PyTorch loop: AdamW, linear warm-up and decay, gradient accumulation, automatic mixed
 precision on CUDA (bfloat16 where supported, else float16 with a gradient scaler),
-checkpoints, and a JSON-lines metrics log. With :class:`DPConfig`, DP-SGD through Opacus:
-Poisson sampling over sequences, at most ``max_per_patient`` sequences per patient, per-sample
-clipping and noise, and the ε the RDP accountant reports.
+checkpoints, and a JSON-lines metrics log. With :class:`~phisieve.training.dp.DPConfig`,
+DP-SGD with the patient as the privacy unit (:mod:`phisieve.training.dp`): Poisson sampling of
+patients, each patient's gradient clipped, Gaussian noise, and the ε per patient that Opacus'
+accountant gives at δ < 1/N.
 """
 
 from __future__ import annotations
@@ -23,20 +24,9 @@ from ..io.dataset import side_file
 from ..pipeline.options import option
 from ..pipeline.progress import quiet_transformers
 from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
+from .dp import DPConfig
 from .masking import MaskingConfig, Objective, check_masking, check_protection, objective
 from .sparse_head import SparseHead
-
-
-@dataclass
-class DPConfig:
-    """DP-SGD settings. ``delta`` defaults to 1 / (number of patients kept)."""
-
-    noise_multiplier: float = 1.0
-    max_grad_norm: float = 1.0
-    max_per_patient: int | None = 50
-    delta: float | None = None
-    secure_mode: bool = False
-    """Opacus' cryptographically safe noise (slower); use it for the model you release."""
 
 
 @dataclass
@@ -127,7 +117,13 @@ def train(
 
     cfg = config or TrainConfig()
     given = None if isinstance(model, (str, Path)) else model
-    stage = TrainStage(TrainOptions.of(cfg), model=given)
+    dp = cfg.dp
+    stage = TrainStage(
+        TrainOptions.of(cfg),
+        model=given,
+        secret=dp.secret if dp else None,
+        secure_mode=dp.secure_mode if dp else False,
+    )
     inputs: dict[str, Any] = {"encoded": encoded}
     if given is None:
         inputs["model"] = model
@@ -142,7 +138,8 @@ def _train(
         import torch
     except ImportError as e:
         raise MissingDependencyError("torch", "torch") from e
-    from .loaders import EncodedRows, MaskedBatches
+    from .dp import PrivateGradient, freeze_for_dp
+    from .loaders import MaskedBatches
 
     encoding = read_encoding(encoded)
     obj = objective(cfg.objective)
@@ -181,17 +178,20 @@ def _train(
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
 
+    optimizer_params = None
+    private = None
+    dp_plan: dict[str, Any] | None = None
     if cfg.dp is not None:
-        _freeze_for_dp(model)
+        dp_plan = _plan_dp(encoded, obj, cfg)
+        dp_plan["frozen"] = freeze_for_dp(model)
+        optimizer_params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
+        optimizer_params or [p for p in model.parameters() if p.requires_grad],
         lr=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
     )
-    engine = None
-    rows = None
-    if cfg.dp is None:
-        loader = MaskedBatches(
+    if dp_plan is None:
+        loader: Any = MaskedBatches(
             encoded,
             obj.name,
             batch_size=cfg.batch_size,
@@ -204,35 +204,39 @@ def _train(
         )
         batches_per_epoch = len(loader)
     else:
-        try:
-            from opacus import PrivacyEngine
-        except ImportError as e:
-            raise MissingDependencyError("opacus", "torch") from e
-        rows = EncodedRows(
-            encoded,
-            obj.name,
-            seed=cfg.seed,
-            max_per_patient=cfg.dp.max_per_patient,
-            masking=cfg.masking,
-            allow_unprotected=cfg.allow_unprotected,
-        )
-        plain = torch.utils.data.DataLoader(
-            rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=rows.collate
-        )
-        warnings.filterwarnings("ignore", message="Secure RNG turned off")
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.dp.secure_mode)
-        model, optimizer, loader = engine.make_private(
-            module=model,
-            optimizer=optimizer,
-            data_loader=plain,
-            noise_multiplier=cfg.dp.noise_multiplier,
+        assert cfg.dp is not None
+        steps_data = dp_plan.pop("data")
+        dp_autocast = None
+        if use_amp and amp_dtype == torch.bfloat16:
+
+            def dp_autocast() -> Any:
+                return torch.autocast(device.type, dtype=amp_dtype)
+
+        use_amp = False  # the forward's autocast is inside PrivateGradient; no scaler
+        private = PrivateGradient(
+            model,
+            causal=obj.causal,
             max_grad_norm=cfg.dp.max_grad_norm,
-            poisson_sampling=True,
+            noise_multiplier=dp_plan["noise_multiplier"],
+            max_physical_batch=cfg.dp.max_physical_batch,
+            noise_seed=dp_plan.pop("noise_seed"),
+            secure_mode=cfg.dp.secure_mode,
+            autocast=dp_autocast,
         )
-        batches_per_epoch = len(plain)
+        dp_plan["amp"] = "bfloat16" if dp_autocast is not None else None  # no fp16 scaler
+        loader = torch.utils.data.DataLoader(
+            steps_data,
+            batch_size=None,
+            num_workers=cfg.num_workers,
+            pin_memory=device.type == "cuda",
+        )
+        batches_per_epoch = dp_plan["steps_per_epoch"]
     steps_per_epoch = max(1, batches_per_epoch // cfg.grad_accumulation)
-    total = cfg.max_steps or cfg.epochs * steps_per_epoch
+    total = (
+        dp_plan["planned_steps"]
+        if dp_plan is not None
+        else (cfg.max_steps or cfg.epochs * steps_per_epoch)
+    )
     warmup = int(cfg.warmup_ratio * total)
 
     def schedule(step: int) -> float:
@@ -246,16 +250,43 @@ def _train(
     started = time.perf_counter()
     last_loss = math.nan
     try:
-        while step < total:
-            if rows is not None:
-                rows.collator.set_epoch(epoch)
-            else:
-                loader.set_epoch(epoch)
+        if private is not None:
+            assert dp_plan is not None
+            for batch in loader:
+                batch = {
+                    k: v.to(device, non_blocking=True)
+                    for k, v in batch.items()
+                    if k in ("input_ids", "attention_mask", "labels", "units")
+                }
+                loss_value = private.step_gradients(batch, dp_plan["expected_units_per_step"])
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                epoch = (step - 1) // steps_per_epoch
+                if math.isfinite(loss_value):
+                    last_loss = loss_value
+                    losses.append(loss_value)
+                tokens = int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": loss_value,
+                    "lr": scheduler.get_last_lr()[0],
+                    "tokens": tokens,
+                    "units": int(batch["units"].max()) + 1 if len(batch["units"]) else 0,
+                    "seconds": time.perf_counter() - started,
+                }
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    _save(model, out / f"checkpoint-{step}", untied)
+            epoch = math.ceil(step / steps_per_epoch)
+        while private is None and step < total:
+            loader.set_epoch(epoch)
             window: list[float] = []
             tokens = 0
             for batch in loader:
-                if not isinstance(batch, dict):
-                    continue  # an empty Poisson batch
                 batch = {
                     k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "seq_id"
                 }
@@ -269,7 +300,7 @@ def _train(
                 micro += 1
                 if micro % cfg.grad_accumulation:
                     continue
-                if cfg.max_grad_norm and engine is None:
+                if cfg.max_grad_norm:
                     scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 scaler.step(optimizer)
@@ -299,6 +330,8 @@ def _train(
         log.close()
         if head is not None:
             head.close()
+        if private is not None:
+            private.close()
     _save(model, out, untied)
     summary: dict[str, Any] = {
         "objective": obj.name,
@@ -307,7 +340,7 @@ def _train(
         "final_loss": last_loss,
         "first_loss": losses[0] if losses else math.nan,
         "device": device.type,
-        "amp": str(amp_dtype).removeprefix("torch.") if use_amp else None,
+        "amp": (str(amp_dtype).removeprefix("torch.") if use_amp else (dp_plan or {}).get("amp")),
         "encoding": encoding,
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("masking", "dp")},
         "masking": asdict(cfg.masking),
@@ -315,39 +348,118 @@ def _train(
         "sparse_output": head is not None and head.active,
         "output_untied": untied is not None,
     }
-    if engine is not None and cfg.dp is not None and rows is not None:
-        delta = cfg.dp.delta or 1.0 / max(1, rows.patients)
-        summary["dp"] = {
-            **asdict(cfg.dp),
-            "delta": delta,
-            "epsilon": float(engine.get_epsilon(delta)),
-            "sequences": len(rows),
-        }
+    if dp_plan is not None:
+        summary["dp"] = _dp_summary(dp_plan, step)
     return summary
 
 
-def _freeze_for_dp(model: Any) -> list[str]:
-    """Freeze what per-sample gradients cannot cover: every embedding table (token embeddings
-    are tied to the output layer in BERT and GPT-2; position and token-type embeddings see a
-    batch dimension of 1), the output layer tied to them, and parameters held directly by a
-    module Opacus has no per-sample gradient rule for (BERT's output bias). Freezing the
-    embeddings is the usual practice of DP fine-tuning. Returns the names frozen."""
-    import torch
-    from opacus.grad_sample import GradSampleModule
+def _plan_dp(encoded: str | Path, obj: Objective, cfg: TrainConfig) -> dict[str, Any]:
+    """What a DP-SGD run will do, checked before any step: the steps' data, N, q, δ, σ,
+    the planned steps, and the keys of the sampling and the noise."""
+    from .dp import (
+        check_config,
+        check_delta,
+        default_delta,
+        noise_for_epsilon,
+        noise_key,
+        opacus_version,
+        run_secret,
+        sampling_key,
+    )
+    from .loaders import PoissonSteps
 
-    frozen = []
-    output = getattr(model, "get_output_embeddings", lambda: None)()
-    for name, module in model.named_modules():
-        direct = list(module.named_parameters(recurse=False))
-        if direct and (
-            isinstance(module, torch.nn.Embedding)
-            or module is output
-            or type(module) not in GradSampleModule.GRAD_SAMPLERS
-        ):
-            for pname, p in direct:
-                p.requires_grad_(False)
-                frozen.append(f"{name}.{pname}")
-    return frozen
+    dp = cfg.dp
+    assert dp is not None
+    check_config(dp)
+    if dp.unit == "sequence" and dp.target_epsilon is not None:
+        raise ConfigError(
+            "--target-epsilon is a patient's ε; with --dp-unit sequence the patient's ε comes "
+            "from group privacy over --max-per-patient: choose --noise-multiplier instead"
+        )
+    secret, randomness = run_secret(dp)
+    data = PoissonSteps(
+        encoded,
+        obj.name,
+        unit=dp.unit,
+        key=sampling_key(secret),
+        seed=cfg.seed,
+        max_per_patient=dp.max_per_patient,
+        masking=cfg.masking,
+        causal=obj.causal,
+        pad_to=cfg.pad_to,
+        allow_unprotected=cfg.allow_unprotected,
+    )
+    if not data.units:
+        raise ConfigError("DP-SGD: the encoded dataset holds no sequence")
+    patients = data.patients
+    delta = dp.delta if dp.delta is not None else default_delta(patients)
+    check_delta(delta, patients)
+    q = min(1.0, cfg.batch_size / data.units)
+    steps_per_epoch = max(1, math.ceil(data.units / cfg.batch_size))
+    planned = cfg.max_steps or cfg.epochs * steps_per_epoch
+    if dp.target_epsilon is not None:
+        sigma = noise_for_epsilon(dp.target_epsilon, q, planned, delta, dp.accountant)
+    else:
+        sigma = 1.0 if dp.noise_multiplier is None else dp.noise_multiplier
+    data.sample_rate, data.steps = q, planned
+    return {
+        "data": data,
+        "noise_seed": noise_key(secret),
+        "unit": dp.unit,
+        "patients": patients,
+        "units": data.units,
+        "sequences": data.sequences,
+        "delta": delta,
+        "sample_rate": q,
+        "expected_units_per_step": q * data.units,
+        "steps_per_epoch": steps_per_epoch,
+        "planned_steps": planned,
+        "noise_multiplier": sigma,
+        "target_epsilon": dp.target_epsilon,
+        "max_grad_norm": dp.max_grad_norm,
+        "max_per_patient": dp.max_per_patient,
+        "accountant": dp.accountant,
+        "accountant_version": f"opacus {opacus_version()}",
+        "secure_mode": dp.secure_mode,
+        "max_physical_batch": dp.max_physical_batch,
+        "randomness": randomness,
+    }
+
+
+GUARANTEE = (
+    "(ε, δ)-DP for each patient: adding or removing one patient's whole record in this "
+    "training set; not the base model's pretraining data, a tokenizer learnt on these "
+    "patients, nor the choice of hyper-parameters"
+)
+
+
+def _dp_summary(plan: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``train.json``'s ``dp``: the patient's (ε, δ) after ``steps`` steps, and how."""
+    from .dp import epsilon_curve, group_epsilon
+
+    sigma, q, delta = plan["noise_multiplier"], plan["sample_rate"], plan["delta"]
+    eps_at = epsilon_curve(sigma, q, steps, plan["accountant"])
+
+    out = {k: v for k, v in plan.items() if k not in ("data", "noise_seed")}
+    out["steps"] = steps
+    out["guarantee"] = GUARANTEE
+    if plan["unit"] == "patient":
+        eps = eps_at(delta)
+        out["patient_epsilon_by"] = "accountant (patients sampled and clipped)"
+    else:
+        m = plan["max_per_patient"]
+        out["sequence"] = {"epsilon": _finite_or_none(eps_at(delta)), "delta": delta}
+        eps, delta = group_epsilon(eps_at, m, delta)
+        out["patient_epsilon_by"] = f"group privacy over at most {m} sequences per patient"
+    out["epsilon"], out["delta"] = _finite_or_none(eps), delta
+    if out["epsilon"] is None:
+        out["guarantee"] = "none: no noise (σ = 0), so no finite ε"
+    return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    """``x``, or ``None`` for an infinite ε (JSON has no infinity)."""
+    return x if math.isfinite(x) else None
 
 
 @dataclass
@@ -436,7 +548,9 @@ class TrainOptions:
     """Options of ``phisieve train`` (the fields of :class:`TrainConfig`, flat)."""
 
     objective: str = option("ppmlm", "ppmlm, ppclm, mlm, clm, mlma, clma, dpp or ipp.")
-    batch_size: int = option(8, "Sequences per batch.")
+    batch_size: int = option(
+        8, "Sequences per batch (with --dp: the expected patients per step, Poisson-sampled)."
+    )
     epochs: int = option(1, "Epochs (unless --max-steps).")
     max_steps: int | None = option(None, "Optimizer steps.")
     learning_rate: float = option(5e-5, "Peak learning rate.")
@@ -454,11 +568,27 @@ class TrainOptions:
         "max_len", "Pad batches to max_len, or to a multiple of this number (e.g. 8)."
     )
     checkpoint_every: int | None = option(None, "Checkpoint every N steps.")
-    dp: bool = option(False, "DP-SGD with Opacus.")
-    noise_multiplier: float = option(1.0, "DP-SGD noise multiplier.")
-    max_grad_norm: float = option(1.0, "DP-SGD per-sample clipping norm.")
-    max_per_patient: int = option(50, "DP-SGD: sequences per patient.")
-    delta: float | None = option(None, "DP δ (default 1/patients).")
+    dp: bool = option(
+        False, "DP-SGD with the patient as the privacy unit (ε per patient, δ < 1/N)."
+    )
+    dp_unit: str = option(
+        "patient",
+        "DP-SGD: patient (patients sampled and clipped), or sequence (then the patient's ε "
+        "comes from group privacy over --max-per-patient).",
+    )
+    target_epsilon: float | None = option(
+        None, "DP-SGD: choose the noise that reaches this ε per patient over the planned steps."
+    )
+    noise_multiplier: float | None = option(
+        None, "DP-SGD noise multiplier σ (default 1.0, or the one --target-epsilon needs)."
+    )
+    max_grad_norm: float = option(1.0, "DP-SGD: clipping norm C of each patient's gradient.")
+    max_per_patient: int = option(50, "DP-SGD: sequences of a patient per step (at most).")
+    delta: float | None = option(None, "DP δ (default 1/N^1.1 for N patients; must be < 1/N).")
+    accountant: str = option("rdp", "DP-SGD accountant: rdp or prv (Opacus).")
+    max_physical_batch: int = option(
+        64, "DP-SGD: sequences per forward pass (memory only).", decides=False
+    )
     allow_unprotected: bool = option(
         False,
         "Train a privacy-preserving objective on a dataset encoded without --terms and "
@@ -505,27 +635,36 @@ class TrainOptions:
             pad_to=str(cfg.pad_to),
             checkpoint_every=cfg.checkpoint_every,
             dp=dp is not None,
-            noise_multiplier=dp.noise_multiplier if dp else 1.0,
+            dp_unit=dp.unit if dp else "patient",
+            target_epsilon=dp.target_epsilon if dp else None,
+            noise_multiplier=dp.noise_multiplier if dp else None,
             max_grad_norm=dp.max_grad_norm if dp else 1.0,
             max_per_patient=(dp.max_per_patient or 0) if dp else 50,
             delta=dp.delta if dp else None,
+            accountant=dp.accountant if dp else "rdp",
+            max_physical_batch=dp.max_physical_batch if dp else 64,
             allow_unprotected=cfg.allow_unprotected,
             untie_output=cfg.untie_output,
             sparse_output=cfg.sparse_output,
             hide_protected_input=cfg.masking.hide_protected_input,
         )
 
-    def config(self, secure_mode: bool = False) -> TrainConfig:
-        """The :class:`TrainConfig` of these options."""
+    def config(self, secure_mode: bool = False, secret: bytes | None = None) -> TrainConfig:
+        """The :class:`TrainConfig` of these options (``secret`` keys DP-SGD's draws)."""
         pad_to: str | int = self.pad_to if self.pad_to == "max_len" else int(self.pad_to)
         dp = None
         if self.dp:
             dp = DPConfig(
-                self.noise_multiplier,
-                self.max_grad_norm,
-                self.max_per_patient or None,
-                self.delta,
-                secure_mode,
+                noise_multiplier=self.noise_multiplier,
+                max_grad_norm=self.max_grad_norm,
+                max_per_patient=self.max_per_patient or None,
+                delta=self.delta,
+                secure_mode=secure_mode,
+                unit=self.dp_unit,
+                target_epsilon=self.target_epsilon,
+                accountant=self.accountant,
+                max_physical_batch=self.max_physical_batch,
+                secret=secret,
             )
         return TrainConfig(
             objective=self.objective,
@@ -569,11 +708,30 @@ class TrainStage(Stage):
     inputs = (
         Input("encoded", "The encoded dataset.", positional=True),
         Input("model", "A local Hugging Face model folder.", kind=PATH),
+        Input(
+            "secret-file",
+            "DP-SGD: key of the patient sampling and the noise (the same key, seed and data "
+            "give the same model); without it they are fresh and the run cannot be repeated.",
+            kind=PATH,
+            required=False,
+            secret=True,
+        ),
     )
     output = Output(FOLDER, "The model folder to write.")
 
-    def __init__(self, options: Any = None, /, *, model: Any = None, **values: Any) -> None:
+    def __init__(
+        self,
+        options: Any = None,
+        /,
+        *,
+        model: Any = None,
+        secret: bytes | None = None,
+        secure_mode: bool = False,
+        **values: Any,
+    ) -> None:
         self.model = model
+        self.secret = secret
+        self.secure_mode = secure_mode
         super().__init__(options, **values)
 
     def check(self) -> None:
@@ -581,12 +739,23 @@ class TrainStage(Stage):
         if o.pad_to != "max_len" and not o.pad_to.isdigit():
             raise ConfigError(f"--pad-to is max_len or a number, not {o.pad_to!r}")
         objective(o.objective)
+        dp = o.config().dp
+        if dp is not None:
+            from .dp import check_config
+
+            check_config(dp)
 
     def provided(self) -> set[str]:
-        return {"model"} if self.model is not None else set()
+        given = {"model"} if self.model is not None else set()
+        return given | ({"secret-file"} if self.secret is not None else set())
 
     def build(self, ctx: Context, target: Path) -> None:
-        cfg = self.options.config()
+        secret = self.secret
+        if secret is None and ctx.path("secret-file") is not None:
+            from ..phi.secret import read_secret
+
+            secret = read_secret(ctx.path("secret-file"), ctx.out)
+        cfg = self.options.config(self.secure_mode, secret)
         model = self.model if self.model is not None else ctx.path("model")
         encoded = ctx.values["encoded"]
         path = encoded.path if encoded.path is not None else encoded
