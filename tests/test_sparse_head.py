@@ -63,6 +63,42 @@ def test_same_loss_and_gradients_causal(encoded_gpt, bpe_tokenizer, objective):
     assert_same(model, batch, causal=True)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_sequence_losses_are_each_rows_mean_over_its_labels(causal, encoded_bert, encoded_gpt):
+    """DP-SGD's per-row losses: each row's own mean cross-entropy (0 for a row with no
+    label), the same as the full projection's, and the sparse path is really taken."""
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from phisieve.training.dp import sequence_losses
+
+    torch.manual_seed(0)
+    if causal:
+        batch = first_batch(encoded_gpt, "ppclm")
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=2000, n_positions=128, n_embd=32,
+                                           n_layer=1, n_head=2))  # fmt: skip
+    else:
+        batch = first_batch(encoded_bert, "ppmlm")
+        model = BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32,
+                                           num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=64))  # fmt: skip
+    batch["labels"][1] = -100  # a row with nothing to predict
+    model.eval()
+    head = SparseHead(model, causal)
+    seen = []
+    head._handle.remove()
+    head._handle = model.get_output_embeddings().register_forward_pre_hook(
+        lambda m, a: seen.append(head._index is not None) or head._gather(m, a)
+    )
+    with torch.no_grad():
+        got = head.sequence_losses(batch)
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        full = sequence_losses(model(**inputs).logits, batch["labels"], causal)
+    assert seen == [True, False]  # gathered, then the full reference pass
+    assert got.shape == (8,) and got[1] == 0.0
+    torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-6)
+    head.close()
+
+
 def test_no_target_gives_nan_as_the_full_loss_does(minilm, encoded_bert):
     model = load_model(minilm, causal=False).eval()
     batch = first_batch(encoded_bert, "ppmlm", size=2)

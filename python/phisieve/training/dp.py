@@ -42,6 +42,7 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import ConfigError, MissingDependencyError
+from .sparse_head import SparseHead
 
 UNITS = ("patient", "sequence")
 ACCOUNTANTS = ("rdp", "prv")
@@ -342,6 +343,15 @@ class PrivateGradient:
                 model, batch_first=True, loss_reduction="sum", strict=False
             )
         self.model = model
+        # The output layer (frozen: tied to the frozen embeddings) applied at labelled
+        # positions only; what trains sees every position, so per-sample gradients hold.
+        self.head = SparseHead(model, causal)
+        output = getattr(model, "get_output_embeddings", lambda: None)()
+        if output is not None and any(p.requires_grad for p in output.parameters()):
+            raise ConfigError(
+                "DP-SGD here needs the output layer frozen (freeze_for_dp): it is applied at "
+                "the labelled positions only"
+            )
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ConfigError("DP-SGD: the model has no trainable parameter left")
@@ -356,8 +366,9 @@ class PrivateGradient:
         self.generator.manual_seed(noise_seed)
 
     def close(self) -> None:
-        """Remove Opacus' hooks (the model is then a plain model again)."""
+        """Remove Opacus' hooks and the sparse head's (the model is then a plain model)."""
         self.module.remove_hooks()
+        self.head.close()
 
     def _chunk_gradients(self, batch: dict[str, Any], a: int, b: int, weights: Any) -> list[Any]:
         """Per-sequence gradients of rows ``a:b`` (each scaled by its weight)."""
@@ -366,11 +377,9 @@ class PrivateGradient:
         import torch
 
         ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
+        rows = {k: batch[k][a:b] for k in ("input_ids", "attention_mask", "labels")}
         with ctx:
-            out = self.module(
-                input_ids=batch["input_ids"][a:b], attention_mask=batch["attention_mask"][a:b]
-            )
-        losses = sequence_losses(out.logits, batch["labels"][a:b], self.causal)
+            losses = self.head.sequence_losses(rows)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             (losses * weights[a:b]).sum().backward()

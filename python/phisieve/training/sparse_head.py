@@ -90,6 +90,46 @@ class SparseHead:
             return self.model(**batch).loss
         return F.cross_entropy(logits.float(), targets)
 
+    def sequence_losses(self, batch: dict[str, Any]) -> Any:
+        """Each row's mean cross-entropy over its labelled positions (0 for a row with none),
+        the output layer applied at those positions only: what DP-SGD needs to weigh and
+        clip each sequence's (and patient's) gradient. ``batch`` holds ``input_ids``,
+        ``attention_mask`` and ``labels``."""
+        import torch
+        import torch.nn.functional as F
+
+        labels = batch["labels"]
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        if self.causal:
+            targets_at = torch.zeros_like(labels, dtype=torch.bool)
+            targets_at[:, :-1] = labels[:, 1:] != IGNORE
+            targets = labels[:, 1:][labels[:, 1:] != IGNORE]
+            counts = (labels[:, 1:] != IGNORE).sum(1)
+        else:
+            targets_at = labels != IGNORE
+            targets = labels[targets_at]
+            counts = targets_at.sum(1)
+        logits = None
+        if self.active and self._handle is not None:
+            self._index = targets_at.flatten().nonzero().squeeze(1)
+            try:
+                logits = self.model(**inputs).logits
+            finally:
+                self._index = None
+            if logits.dim() != 2 or logits.shape[0] != targets.shape[0]:
+                self.close()  # the model reshapes its logits: the full projection from now on
+                self.active = False
+                logits = None
+        if logits is None:
+            full = self.model(**inputs).logits
+            logits = (full[:, :-1] if self.causal else full)[
+                targets_at[:, :-1] if self.causal else targets_at
+            ]
+        ce = F.cross_entropy(logits.float(), targets, reduction="none")
+        rows = targets_at.nonzero()[:, 0]
+        total = torch.zeros(labels.shape[0], device=ce.device, dtype=ce.dtype)
+        return total.index_add(0, rows, ce) / counts.clamp(min=1)
+
     def close(self) -> None:
         """Remove the hook: the model computes every position again (``active`` still says
         whether the sparse path was used)."""
