@@ -458,7 +458,7 @@ def _dp_checks(items: list[tuple[str, dict[str, Any]]], dp: Any) -> list[str]:
             rows.append(
                 (
                     _e(name),
-                    _num_td(_val(c.get("fpr"), "pct", 1)),
+                    _num_td(_with_ci(c.get("fpr"), c.get("fpr_ci"), "pct", 1)),
                     _num_td(_with_ci(c.get("tpr"), c.get("tpr_ci"), "pct", 1)),
                     _num_td(_val(cap, "pct", 1, why="not trained with DP")),
                     verdict,
@@ -477,9 +477,12 @@ def _dp_checks(items: list[tuple[str, dict[str, Any]]], dp: Any) -> list[str]:
         "<h3>Patient level, against the differential-privacy cap</h3>",
         f'<p class="lead">{lead}no attack can then flag more than min(1, e<sup>ε</sup>·FPR '
         "+ δ, 1 − e<sup>−ε</sup>(1 − δ − FPR)) of the members at a false-positive rate FPR. "
-        "Measured TPR with its exact (Clopper–Pearson) 95% interval over the member patients, "
-        "at the attack's most liberal threshold whose FPR stays within each level.</p>",
-        _table(["Score", "FPR", "TPR [95% CI]", "TPR (ε, δ) allows", "Reading"], rows),
+        "Each attack at its best operating point within 1%, 5%, 10%, 25% and 50% FPR (as "
+        "many of them as the non-members can measure: the most members flagged, then the "
+        "fewest non-members), both rates with exact (Clopper–Pearson) 95% intervals; an "
+        "attack is above the cap only when its TPR interval lies above the cap at the upper "
+        "end of its FPR interval.</p>",
+        _table(["Score", "FPR [95% CI]", "TPR [95% CI]", "TPR (ε, δ) allows", "Reading"], rows),
     ]
 
 

@@ -809,10 +809,12 @@ def _dp_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "value": worst["tpr"],
                 "ci": worst["tpr_ci"],
                 "reading": (
-                    f"{len(over)} attack(s) beat the cap: the claimed guarantee does not hold"
+                    f"{len(over)} attack(s) above the cap beyond sampling error: the claimed "
+                    "guarantee does not hold"
                     if over
-                    else f"within the cap at every FPR measured (closest: {name} at FPR "
-                    f"{worst['fpr']:.2f}, cap {worst['tpr_bound']:.3f})"
+                    else "no attack above the cap beyond sampling error (closest: "
+                    f"{name} at FPR {worst['fpr']:.2f}, TPR {worst['tpr']:.3f} against a cap "
+                    f"of {worst['tpr_bound']:.3f})"
                 ),
                 "level": "bad" if over else "ok",
             }

@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MissingDependencyError
@@ -253,6 +254,105 @@ def sampling_key(secret: bytes) -> int:
 def noise_key(secret: bytes) -> int:
     """The seed of the noise generator (:class:`PrivateGradient`)."""
     return _key(secret, "noise")
+
+
+def plan_dp(encoded: str | Path, obj: Any, cfg: Any) -> dict[str, Any]:
+    """What a DP-SGD run of ``cfg`` (a :class:`~phisieve.training.loop.TrainConfig` with
+    ``dp``) will do, checked before any step: the steps' data
+    (:class:`~phisieve.training.loaders.PoissonSteps`), N, q, δ, σ, the planned steps, and
+    the keys of the sampling and the noise."""
+    from .loaders import PoissonSteps
+
+    dp = cfg.dp
+    assert dp is not None
+    check_config(dp)
+    if dp.unit == "sequence" and dp.target_epsilon is not None:
+        raise ConfigError(
+            "--target-epsilon is a patient's ε; with --dp-unit sequence the patient's ε comes "
+            "from group privacy over --max-per-patient: choose --noise-multiplier instead"
+        )
+    secret, randomness = run_secret(dp)
+    data = PoissonSteps(
+        encoded,
+        obj.name,
+        unit=dp.unit,
+        key=sampling_key(secret),
+        seed=cfg.seed,
+        max_per_patient=dp.max_per_patient,
+        masking=cfg.masking,
+        causal=obj.causal,
+        pad_to=cfg.pad_to,
+        allow_unprotected=cfg.allow_unprotected,
+    )
+    if not data.units:
+        raise ConfigError("DP-SGD: the encoded dataset holds no sequence")
+    patients = data.patients
+    delta = dp.delta if dp.delta is not None else default_delta(patients)
+    check_delta(delta, patients)
+    q = min(1.0, cfg.batch_size / data.units)
+    steps_per_epoch = max(1, math.ceil(data.units / cfg.batch_size))
+    planned = cfg.max_steps or cfg.epochs * steps_per_epoch
+    if dp.target_epsilon is not None:
+        sigma = noise_for_epsilon(dp.target_epsilon, q, planned, delta, dp.accountant)
+    else:
+        sigma = 1.0 if dp.noise_multiplier is None else dp.noise_multiplier
+    data.sample_rate, data.steps = q, planned
+    return {
+        "data": data,
+        "noise_seed": noise_key(secret),
+        "unit": dp.unit,
+        "patients": patients,
+        "units": data.units,
+        "sequences": data.sequences,
+        "delta": delta,
+        "sample_rate": q,
+        "expected_units_per_step": q * data.units,
+        "steps_per_epoch": steps_per_epoch,
+        "planned_steps": planned,
+        "noise_multiplier": sigma,
+        "target_epsilon": dp.target_epsilon,
+        "max_grad_norm": dp.max_grad_norm,
+        "max_per_patient": dp.max_per_patient,
+        "accountant": dp.accountant,
+        "accountant_version": f"opacus {opacus_version()}",
+        "secure_mode": dp.secure_mode,
+        "max_physical_batch": dp.max_physical_batch,
+        "randomness": randomness,
+    }
+
+
+GUARANTEE = (
+    "(ε, δ)-DP for each patient: adding or removing one patient's whole record in this "
+    "training set; not the base model's pretraining data, a tokenizer learnt on these "
+    "patients, nor the choice of hyper-parameters"
+)
+
+
+def dp_summary(plan: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``train.json``'s ``dp``: the patient's (ε, δ) after ``steps`` steps, and how."""
+    sigma, q, delta = plan["noise_multiplier"], plan["sample_rate"], plan["delta"]
+    eps_at = epsilon_curve(sigma, q, steps, plan["accountant"])
+
+    out = {k: v for k, v in plan.items() if k not in ("data", "noise_seed")}
+    out["steps"] = steps
+    out["guarantee"] = GUARANTEE
+    if plan["unit"] == "patient":
+        eps = eps_at(delta)
+        out["patient_epsilon_by"] = "accountant (patients sampled and clipped)"
+    else:
+        m = plan["max_per_patient"]
+        out["sequence"] = {"epsilon": _finite_or_none(eps_at(delta)), "delta": delta}
+        eps, delta = group_epsilon(eps_at, m, delta)
+        out["patient_epsilon_by"] = f"group privacy over at most {m} sequences per patient"
+    out["epsilon"], out["delta"] = _finite_or_none(eps), delta
+    if out["epsilon"] is None:
+        out["guarantee"] = "none: no noise (σ = 0), so no finite ε"
+    return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    """``x``, or ``None`` for an infinite ε (JSON has no infinity)."""
+    return x if math.isfinite(x) else None
 
 
 def freeze_for_dp(model: Any) -> list[str]:

@@ -138,7 +138,7 @@ def _train(
         import torch
     except ImportError as e:
         raise MissingDependencyError("torch", "torch") from e
-    from .dp import PrivateGradient, freeze_for_dp
+    from .dp import PrivateGradient, dp_summary, freeze_for_dp, plan_dp
     from .loaders import MaskedBatches
 
     encoding = read_encoding(encoded)
@@ -178,15 +178,13 @@ def _train(
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
 
-    optimizer_params = None
     private = None
     dp_plan: dict[str, Any] | None = None
     if cfg.dp is not None:
-        dp_plan = _plan_dp(encoded, obj, cfg)
+        dp_plan = plan_dp(encoded, obj, cfg)
         dp_plan["frozen"] = freeze_for_dp(model)
-        optimizer_params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        optimizer_params or [p for p in model.parameters() if p.requires_grad],
+        [p for p in model.parameters() if p.requires_grad],
         lr=cfg.learning_rate,
         weight_decay=cfg.weight_decay,
     )
@@ -249,6 +247,16 @@ def _train(
     step, micro, epoch, losses = 0, 0, 0, []
     started = time.perf_counter()
     last_loss = math.nan
+
+    def record(loss: float, tokens: int, **more: Any) -> None:
+        """One line of ``metrics.jsonl``, and a checkpoint when one is due."""
+        line = {"step": step, "epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0],
+                "tokens": tokens, **more, "seconds": time.perf_counter() - started}  # fmt: skip
+        log.write(json.dumps(line) + "\n")
+        log.flush()
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            _save(model, out / f"checkpoint-{step}", untied)
+
     try:
         if private is not None:
             assert dp_plan is not None
@@ -268,19 +276,8 @@ def _train(
                     last_loss = loss_value
                     losses.append(loss_value)
                 tokens = int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": loss_value,
-                    "lr": scheduler.get_last_lr()[0],
-                    "tokens": tokens,
-                    "units": int(batch["units"].max()) + 1 if len(batch["units"]) else 0,
-                    "seconds": time.perf_counter() - started,
-                }
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    _save(model, out / f"checkpoint-{step}", untied)
+                units = int(batch["units"].max()) + 1 if len(batch["units"]) else 0
+                record(loss_value, tokens, units=units)
             epoch = math.ceil(step / steps_per_epoch)
         while private is None and step < total:
             loader.set_epoch(epoch)
@@ -310,19 +307,8 @@ def _train(
                 step += 1
                 last_loss = sum(window) / len(window)
                 losses.append(last_loss)
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": last_loss,
-                    "lr": scheduler.get_last_lr()[0],
-                    "tokens": tokens,
-                    "seconds": time.perf_counter() - started,
-                }
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+                record(last_loss, tokens)
                 window, tokens = [], 0
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    _save(model, out / f"checkpoint-{step}", untied)
                 if step >= total:
                     break
             epoch += 1
@@ -349,117 +335,8 @@ def _train(
         "output_untied": untied is not None,
     }
     if dp_plan is not None:
-        summary["dp"] = _dp_summary(dp_plan, step)
+        summary["dp"] = dp_summary(dp_plan, step)
     return summary
-
-
-def _plan_dp(encoded: str | Path, obj: Objective, cfg: TrainConfig) -> dict[str, Any]:
-    """What a DP-SGD run will do, checked before any step: the steps' data, N, q, δ, σ,
-    the planned steps, and the keys of the sampling and the noise."""
-    from .dp import (
-        check_config,
-        check_delta,
-        default_delta,
-        noise_for_epsilon,
-        noise_key,
-        opacus_version,
-        run_secret,
-        sampling_key,
-    )
-    from .loaders import PoissonSteps
-
-    dp = cfg.dp
-    assert dp is not None
-    check_config(dp)
-    if dp.unit == "sequence" and dp.target_epsilon is not None:
-        raise ConfigError(
-            "--target-epsilon is a patient's ε; with --dp-unit sequence the patient's ε comes "
-            "from group privacy over --max-per-patient: choose --noise-multiplier instead"
-        )
-    secret, randomness = run_secret(dp)
-    data = PoissonSteps(
-        encoded,
-        obj.name,
-        unit=dp.unit,
-        key=sampling_key(secret),
-        seed=cfg.seed,
-        max_per_patient=dp.max_per_patient,
-        masking=cfg.masking,
-        causal=obj.causal,
-        pad_to=cfg.pad_to,
-        allow_unprotected=cfg.allow_unprotected,
-    )
-    if not data.units:
-        raise ConfigError("DP-SGD: the encoded dataset holds no sequence")
-    patients = data.patients
-    delta = dp.delta if dp.delta is not None else default_delta(patients)
-    check_delta(delta, patients)
-    q = min(1.0, cfg.batch_size / data.units)
-    steps_per_epoch = max(1, math.ceil(data.units / cfg.batch_size))
-    planned = cfg.max_steps or cfg.epochs * steps_per_epoch
-    if dp.target_epsilon is not None:
-        sigma = noise_for_epsilon(dp.target_epsilon, q, planned, delta, dp.accountant)
-    else:
-        sigma = 1.0 if dp.noise_multiplier is None else dp.noise_multiplier
-    data.sample_rate, data.steps = q, planned
-    return {
-        "data": data,
-        "noise_seed": noise_key(secret),
-        "unit": dp.unit,
-        "patients": patients,
-        "units": data.units,
-        "sequences": data.sequences,
-        "delta": delta,
-        "sample_rate": q,
-        "expected_units_per_step": q * data.units,
-        "steps_per_epoch": steps_per_epoch,
-        "planned_steps": planned,
-        "noise_multiplier": sigma,
-        "target_epsilon": dp.target_epsilon,
-        "max_grad_norm": dp.max_grad_norm,
-        "max_per_patient": dp.max_per_patient,
-        "accountant": dp.accountant,
-        "accountant_version": f"opacus {opacus_version()}",
-        "secure_mode": dp.secure_mode,
-        "max_physical_batch": dp.max_physical_batch,
-        "randomness": randomness,
-    }
-
-
-GUARANTEE = (
-    "(ε, δ)-DP for each patient: adding or removing one patient's whole record in this "
-    "training set; not the base model's pretraining data, a tokenizer learnt on these "
-    "patients, nor the choice of hyper-parameters"
-)
-
-
-def _dp_summary(plan: dict[str, Any], steps: int) -> dict[str, Any]:
-    """``train.json``'s ``dp``: the patient's (ε, δ) after ``steps`` steps, and how."""
-    from .dp import epsilon_curve, group_epsilon
-
-    sigma, q, delta = plan["noise_multiplier"], plan["sample_rate"], plan["delta"]
-    eps_at = epsilon_curve(sigma, q, steps, plan["accountant"])
-
-    out = {k: v for k, v in plan.items() if k not in ("data", "noise_seed")}
-    out["steps"] = steps
-    out["guarantee"] = GUARANTEE
-    if plan["unit"] == "patient":
-        eps = eps_at(delta)
-        out["patient_epsilon_by"] = "accountant (patients sampled and clipped)"
-    else:
-        m = plan["max_per_patient"]
-        out["sequence"] = {"epsilon": _finite_or_none(eps_at(delta)), "delta": delta}
-        eps, delta = group_epsilon(eps_at, m, delta)
-        out["patient_epsilon_by"] = f"group privacy over at most {m} sequences per patient"
-    out["epsilon"], out["delta"] = _finite_or_none(eps), delta
-    if out["epsilon"] is None:
-        out["guarantee"] = "none: no noise (σ = 0), so no finite ε"
-    return out
-
-
-def _finite_or_none(x: float) -> float | None:
-    """``x``, or ``None`` for an infinite ε (JSON has no infinity)."""
-    return x if math.isfinite(x) else None
 
 
 @dataclass
@@ -583,7 +460,9 @@ class TrainOptions:
         None, "DP-SGD noise multiplier σ (default 1.0, or the one --target-epsilon needs)."
     )
     max_grad_norm: float = option(1.0, "DP-SGD: clipping norm C of each patient's gradient.")
-    max_per_patient: int = option(50, "DP-SGD: sequences of a patient per step (at most).")
+    max_per_patient: int = option(
+        50, "DP-SGD: sequences of a patient per step (--dp-unit sequence: in all)."
+    )
     delta: float | None = option(None, "DP δ (default 1/N^1.1 for N patients; must be < 1/N).")
     accountant: str = option("rdp", "DP-SGD accountant: rdp or prv (Opacus).")
     max_physical_batch: int = option(
