@@ -6,7 +6,9 @@ The data an audit needs is made by data stages elsewhere: ``phisieve split``
 * :mod:`phisieve.audit.run` — the privacy audit of a trained model: identifier prediction,
   graded memorisation, membership inference, model inversion, canary exposure
   (``phisieve audit``), with :mod:`phisieve.audit.metrics` (the measures) and
-  :mod:`phisieve.audit.report` (``audit.json`` → ``index.html``, ``--compare``).
+  :mod:`phisieve.audit.report` (``audit.json`` → ``index.html``, ``--compare``);
+* :mod:`phisieve.audit.epsilon` — a DP claim checked: the TPR (ε, δ) allows at each FPR, and
+  the one-run lower bound on ε from canary patients planted by a coin.
 
 The model-facing parts need the ``torch`` and ``audit`` extras; they are imported on use.
 """

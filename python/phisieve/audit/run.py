@@ -29,6 +29,12 @@ Measures (each defined where it is computed, and in the report):
 5. **Model inversion** (KART, masked LMs, with ``docs`` and name spans): see
    :mod:`phisieve.audit.inversion`.
 6. **Canary exposure** (Carlini et al. 2019) for ``phisieve canaries`` output.
+7. **The DP claim, checked** (:mod:`phisieve.audit.epsilon`): the model's (ε, δ) per patient
+   from its ``train.json``; beside each patient-level attack, the TPR (ε, δ) allows at the
+   FPR it reached; and, from canary patients planted by a keyed coin (``phisieve canaries
+   --new-patients --coin``), an empirical lower bound on ε from this one training run
+   (Steinke, Nasr & Jagielski 2023), for every model, DP or not. Canary patients are left
+   out of every other measure.
 """
 
 from __future__ import annotations

@@ -517,6 +517,12 @@ class PoissonSteps(IterableDataset):
         ``q``, each unit's probability of being in a step.
     key
         The key of the draws (:func:`phisieve.training.dp.sampling_key`).
+    seed
+        Seeds the masks (with the step as their epoch) and the sequence unit's cap.
+    steps
+        How many steps iterating yields (0, 1, ... ``steps - 1``).
+    max_per_patient, masking, causal, pad_to, allow_unprotected
+        As for :class:`MaskedBatches`; ``max_per_patient`` as ``unit`` says.
     """
 
     def __init__(
@@ -529,7 +535,6 @@ class PoissonSteps(IterableDataset):
         key: int = 0,
         seed: int = 0,
         steps: int = 1,
-        start: int = 0,
         max_per_patient: int | None = None,
         masking: MaskingConfig | None = None,
         causal: bool | None = None,
@@ -557,7 +562,7 @@ class PoissonSteps(IterableDataset):
             else pa.table({c: pa.array([], ENCODED.field(c).type) for c in COLUMNS})
         ).combine_chunks()
         self.unit, self.sample_rate, self.key = unit, float(sample_rate), int(key)
-        self.seed, self.steps, self.start = seed, int(steps), int(start)
+        self.seed, self.steps = seed, int(steps)
         self.max_per_patient = max_per_patient
         patients = table.column("patient_id").to_pylist()
         seq = table.column("seq_id").to_numpy().astype(np.uint64)
@@ -624,7 +629,7 @@ class PoissonSteps(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for step in range(self.start + worker, self.steps, workers):
+        for step in range(worker, self.steps, workers):
             yield self.batch(step)
 
 
