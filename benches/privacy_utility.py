@@ -28,8 +28,10 @@ this corpus".
     python benches/privacy_utility.py --dp-epsilons 1,3,8,inf --corpus synth:2000
 
 With ``--dp-epsilons`` the bench runs patient-level DP-SGD instead (``phisieve train --dp``,
-the patient as the privacy unit, δ = 1/N^1.1): ``ppmlm`` trained for the size's last number
-of epochs at each target ε per patient (``inf``: clipping, no noise), on the members plus
+the patient as the privacy unit, δ = 1/N^1.1): the reference model (trained without DP on
+the reference patients, who are neither members nor held out: the "public" model a hospital
+would start from) fine-tuned with ``ppmlm`` at each target ε per patient (``inf``: clipping,
+no noise) and without DP-SGD (the anchor), for ``--dp-epochs``, on the members plus
 canary patients each planted by a keyed coin (``phisieve canaries --new-patients --coin``,
 their sentence repeated 16 times), every model audited with the TPR its (ε, δ) allows beside
 each membership attack and the one-run lower bound on ε (Steinke, Nasr & Jagielski 2023).
@@ -474,7 +476,7 @@ def train_run(
         dp = DPConfig(
             noise_multiplier=0.0 if math.isinf(eps) else None,
             target_epsilon=None if math.isinf(eps) else eps,
-            max_per_patient=DP["max_per_patient"],
+            max_per_patient=run.get("max_per_patient", DP["max_per_patient"]),
             max_grad_norm=DP["max_grad_norm"],
             secret=BENCH_KEY,
         )
@@ -495,7 +497,12 @@ def train_run(
         untie_output=bool(run.get("untie_output")),
         dp=dp,
     )
-    model = new_model(run["model"], size, tokenizer)
+    if run.get("init"):  # fine-tune a trained model (the sweep: the reference model)
+        from phisieve.training.loop import load_model
+
+        model = load_model(run["init"], causal=run["model"] == "gpt")
+    else:
+        model = new_model(run["model"], size, tokenizer)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     summary = train(encoded, model, out, cfg)
@@ -1200,7 +1207,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [
             {"name": f"ppmlm+dp@{label}", "model": "bert", "objective": "ppmlm",
              "data": "members_canaries", "dp_epsilon": eps, "dp_label": label,
-             "epochs": [args.dp_epochs or max(epochs)]}
+             "epochs": [args.dp_epochs or max(epochs)],
+             "max_per_patient": DP["max_per_patient"]}
             for label, eps in sweep
         ] + [{"name": "ppmlm (no DP-SGD)", "model": "bert", "objective": "ppmlm",
               "data": "members_canaries", "dp_label": "no DP-SGD"}]  # fmt: skip
@@ -1321,6 +1329,14 @@ def main(argv: list[str] | None = None) -> int:
         save()
 
     t = time.perf_counter()
+    if sweep:  # the references first: the sweep fine-tunes the reference model
+        refs = [j for j in train_jobs if j["run"] in REFERENCES.values()]
+        run_pool(train_job, refs, workers, cores if len(refs) == 1 else threads, trained_one)
+        for j in train_jobs:
+            if j not in refs:
+                ref = trained.get(REFERENCES[j["run"]["model"]]["name"], {})
+                j["run"]["init"] = str(ref["checkpoints"][max(ref["checkpoints"])])
+        train_jobs = [j for j in train_jobs if j not in refs]
     run_pool(train_job, train_jobs, workers, threads, trained_one)
     timings["train"] = time.perf_counter() - t
 
