@@ -244,3 +244,41 @@ def test_pages_load_in_headless_chromium(
     page_fixture: str, min_images: int, request: pytest.FixtureRequest
 ) -> None:
     browser_check(request.getfixturevalue(page_fixture), min_images)
+
+
+def test_compare_reports_shows_dp_and_one_run_bound(tmp_path: Path) -> None:
+    dp = sample_audit(2, "ppmlm+dp")
+    dp["model"]["dp"] = {"unit": "patient", "epsilon": 7.996, "delta": 0.00023, "steps": 400}
+    dp["canaries"]["one_run"] = {"epsilon_lower": 0.0, "why": None}
+    plain = sample_audit(3, "mlm")
+    plain["canaries"]["one_run"] = {"epsilon_lower": 1.625, "why": None}
+    noiseless = sample_audit(4, "ppmlm+dp@inf")
+    noiseless["model"]["dp"] = {"unit": "patient", "epsilon": None, "delta": 0.00023}
+    folders = [
+        _write_audit(tmp_path / k, r) for k, r in (("a", dp), ("b", plain), ("c", noiseless))
+    ]
+    page = compare_reports(folders, tmp_path / "out").read_text(encoding="utf-8")
+    models = json.loads((tmp_path / "out" / "compare.json").read_text(encoding="utf-8"))["models"]
+    assert [(m["dp_unit"], m["dp_epsilon"], m["dp_delta"]) for m in models] == [
+        ("patient", 7.996, 0.00023),
+        (None, None, None),
+        ("patient", None, 0.00023),
+    ]
+    assert [m["epsilon_lower"] for m in models] == [0.0, 1.625, None]
+    for m, r in zip(models, (dp, plain, noiseless), strict=True):
+        ref = r["membership"]["patient"]["reference"]
+        assert (m["patient_calibrated_auc"], m["patient_calibrated_auc_ci"]) == (
+            ref["auc"],
+            ref["auc_ci"],
+        )
+    row = re.search(r"<th>DP-SGD: ε per patient</th>(.*?)</tr>", page, re.S)
+    assert row is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
+    assert [c.strip() for c in cells[:2]] == ["8.00 (δ = 0.00023)", "none"]
+    assert "no finite ε" in cells[2]
+    row = re.search(r"<th>ε lower bound, one run \(95%\)</th>(.*?)</tr>", page, re.S)
+    assert row is not None
+    assert [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)][:2] == [
+        "0.00",
+        "1.62",
+    ]

@@ -1070,6 +1070,13 @@ def _summary(result: dict[str, Any], path: Path) -> dict[str, Any]:
         "gap_alpha_ci": ci("memorisation", "alpha", "gap_ci"),
         "patient_loss_auc": float(loss["auc"]) if _finite(loss.get("auc")) else None,
         "patient_loss_auc_ci": ci("membership", "patient", "loss", "auc_ci"),
+        "patient_calibrated_auc": num("membership", "patient", "reference", "auc"),
+        "patient_calibrated_auc_ci": ci("membership", "patient", "reference", "auc_ci"),
+        "dp_unit": _get(result, "model", "dp", "unit"),
+        "dp_epsilon": num("model", "dp", "epsilon"),
+        "dp_delta": num("model", "dp", "delta"),
+        "epsilon_lower": num("canaries", "one_run", "epsilon_lower"),
+        "epsilon_lower_why": _get(result, "canaries", "one_run", "why"),
         "patient_loss_tpr_at_1pct_fpr": (
             float(tpr["tpr"])
             if tpr and tpr.get("estimable") is not False and _finite(tpr.get("tpr"))
@@ -1266,6 +1273,20 @@ def compare_reports(reports: list[Path], out: Path) -> Path:
     def auc(m: dict[str, Any]) -> str:
         return _with_ci(m["patient_loss_auc"], m["patient_loss_auc_ci"], "num", 3)
 
+    def calibrated(m: dict[str, Any]) -> str:
+        why = None if m["reference_model"] else "needs --reference-model"
+        return _with_ci(m["patient_calibrated_auc"], m["patient_calibrated_auc_ci"], "num", 3, why)
+
+    def dp(m: dict[str, Any]) -> str:
+        if m["dp_unit"] is None:
+            return "none"
+        if m["dp_epsilon"] is None:
+            return "no finite ε"
+        return _e(f"{_fmt(m['dp_epsilon'], 'num', 2)} (δ = {_fmt(m['dp_delta'], 'sig', 2)})")
+
+    def lower(m: dict[str, Any]) -> str:
+        return _val(m["epsilon_lower"], "num", 2, m["epsilon_lower_why"] or "needs --canaries")
+
     def patients(m: dict[str, Any]) -> str:
         return f"{_val(m['member_patients'], 'int')} / {_val(m['non_member_patients'], 'int')}"
 
@@ -1290,6 +1311,9 @@ def compare_reports(reports: list[Path], out: Path) -> Path:
         ("Memorisation gain, numbers (nats)", gain("gain_numeric")),
         ("Patient membership AUC (loss)", auc),
         ("Patients found at 1% FPR (loss)", tpr),
+        ("Patient membership AUC (calibrated)", calibrated),
+        ("DP-SGD: ε per patient", dp),
+        ("ε lower bound, one run (95%)", lower),
         ("Identifier MIA recall", pct("identifier_mia_recall")),
         ("Identifier MIA precision", pct("identifier_mia_precision")),
         ("Inversion top-100 (model)", pct("inversion_top100")),
