@@ -861,7 +861,7 @@ def plot_dp(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.plot(xs, [a if a is not None else float("nan") for a in acc], marker="o",
             label="accountant's ε (upper bound)")  # fmt: skip
     ax.plot(xs, low, marker="v", label="one-run lower bound (95%)")
-    ax.set(xscale="log", yscale="symlog", xlabel="target ε per patient", ylabel="ε",
+    ax.set(xscale="log", xlabel="target ε per patient", ylabel="ε (per patient)",
            title="ε: what the accountant proves, what one run shows")  # fmt: skip
     ax.set_xticks(xs, labels)
     ax.legend(fontsize=7)
