@@ -217,7 +217,7 @@ def test_verdict_reads_the_numbers_it_is_given():
     assert rows["Calibrated memorisation gain, names, places"] == "bad"
     assert rows["Calibrated memorisation gain, dates, numbers"] == "ok"
     assert rows["Differential privacy"] == "info"  # no claim
-    assert rows["Empirical lower bound on ε"] == "info"  # no canary patients
+    assert rows["Empirical lower bound on ε per patient"] == "info"  # no canary patients
 
 
 def test_verdict_checks_a_dp_claim():
@@ -235,6 +235,7 @@ def test_verdict_checks_a_dp_claim():
                                             "dp_check": [check]}}},
         "identifier_mia": {},
         "canaries": {"canaries": [], "one_run": {"epsilon_lower": 0.4, "canaries": 60,
+                                                 "delta": 1e-3,
                                                  "best": {"correct": 20, "guesses": 24}}},
     }  # fmt: skip
     rows = {r["measure"]: r for r in _verdict(data, "ppmlm")}
@@ -242,14 +243,15 @@ def test_verdict_checks_a_dp_claim():
     assert claim["value"] == 1.0 and "δ = 0.001" in claim["reading"]
     attacks = rows["Patient membership attacks vs the TPR (ε, δ) allows"]
     assert attacks["level"] == "ok" and attacks["value"] == 0.2
-    one = rows["Empirical lower bound on ε (one run, 95%)"]
+    one = rows["Empirical lower bound on ε per patient (one run, 95%)"]
     assert one["level"] == "ok" and one["value"] == 0.4
+    assert "20 of 24 guesses right on 60 canary patients, at δ = 0.001" in one["reading"]
     # An attack above the cap, or a lower bound above ε: the claim does not hold.
     check["exceeds"] = True
     data["canaries"]["one_run"]["epsilon_lower"] = 1.5
     rows = {r["measure"]: r for r in _verdict(data, "ppmlm")}
     assert rows["Patient membership attacks vs the TPR (ε, δ) allows"]["level"] == "bad"
-    assert rows["Empirical lower bound on ε (one run, 95%)"]["level"] == "bad"
+    assert rows["Empirical lower bound on ε per patient (one run, 95%)"]["level"] == "bad"
 
 
 # ---------------------------------------------------------------- real tiny models, end to end

@@ -276,7 +276,7 @@ def test_compare_reports_shows_dp_and_one_run_bound(tmp_path: Path) -> None:
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
     assert [c.strip() for c in cells[:2]] == ["8.00 (δ = 0.00023)", "none"]
     assert "no finite ε" in cells[2]
-    row = re.search(r"<th>ε lower bound, one run \(95%\)</th>(.*?)</tr>", page, re.S)
+    row = re.search(r"<th>ε lower bound per patient, one run \(95%\)</th>(.*?)</tr>", page, re.S)
     assert row is not None
     assert [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)][:2] == [
         "0.00",

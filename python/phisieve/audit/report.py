@@ -1313,7 +1313,7 @@ def compare_reports(reports: list[Path], out: Path) -> Path:
         ("Patients found at 1% FPR (loss)", tpr),
         ("Patient membership AUC (calibrated)", calibrated),
         ("DP-SGD: ε per patient", dp),
-        ("ε lower bound, one run (95%)", lower),
+        ("ε lower bound per patient, one run (95%)", lower),
         ("Identifier MIA recall", pct("identifier_mia_recall")),
         ("Identifier MIA precision", pct("identifier_mia_precision")),
         ("Inversion top-100 (model)", pct("inversion_top100")),

@@ -831,7 +831,7 @@ def _dp_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def _one_run_row(data: dict[str, Any]) -> dict[str, Any]:
     """The verdict's row on the empirical lower bound on ε (one training run)."""
     one = (data.get("canaries") or {}).get("one_run") or {}
-    measure = "Empirical lower bound on ε (one run, 95%)"
+    measure = "Empirical lower bound on ε per patient (one run, 95%)"
     lower = one.get("epsilon_lower")
     if lower is None:
         why = one.get("why") or (
@@ -842,7 +842,10 @@ def _one_run_row(data: dict[str, Any]) -> dict[str, Any]:
     dp = (data.get("model") or {}).get("dp") or {}
     eps = dp.get("epsilon")
     best = one["best"]
-    seen = f"{best['correct']} of {best['guesses']} guesses right on {one['canaries']} canaries"
+    seen = (
+        f"{best['correct']} of {best['guesses']} guesses right on {one['canaries']} canary "
+        f"patients, at δ = {one['delta']:.2g}"
+    )
     if eps is not None:
         ok = lower <= eps
         reading = (
