@@ -29,3 +29,29 @@ def lazy_exports(
         return sorted(exports)
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A module imported on first attribute access.
+
+    A stage module (``*/stage.py``) declares its options and inputs with nothing heavier than
+    the standard library, so that the command line's ``--help`` and option parsing stay
+    instant; its methods reach the algorithms (and, through them, pyarrow, polars, torch...)
+    through a ``LazyModule``, imported when the stage runs::
+
+        algo = LazyModule(".build", __package__)
+        ...
+        algo.write_index(...)   # imported here, once
+    """
+
+    __slots__ = ("_name", "_package")
+
+    def __init__(self, name: str, package: str | None = None) -> None:
+        self._name = name
+        self._package = package
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name, self._package), attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r} of {self._package!r}>"

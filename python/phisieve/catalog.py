@@ -1,5 +1,10 @@
 """Every stage by name: what ``phisieve run`` and the command line know.
 
+A stage is named by the module that defines it, always a sub-package's ``stage.py``, which
+declares its options and inputs without importing what the stage needs to run (pyarrow,
+polars, torch...): the command line's ``--help`` and option parsing import nothing heavier,
+and a stage's algorithms are imported when it runs.
+
 A pipeline file names stages by these names (``stage = "encode"``, or the table's name);
 :func:`load_pipeline` and :func:`run_pipeline` are :mod:`phisieve.pipeline`'s, with this
 catalog.
@@ -7,66 +12,80 @@ catalog.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .audit.run import AuditCompareStage, AuditStage
-from .corpus.ingest import IngestStage
-from .corpus.split import SplitStage
-from .detect.crf_train import DetectTrainCrfStage
-from .detect.learnt import LearnDenyStage
-from .detect.run import DetectStage
-from .detect.train import DetectTrainStage
-from .encode.stage import EncodeStage
-from .fragments.stage import FragmentStage
-from .phi.canaries import CanariesStage
-from .phi.gold import PlaceholdersStage
-from .phi.secret import KeygenStage
-from .phi.surrogate import SurrogateStage
-from .pipeline import config, execute
-from .pipeline.stage import Stage
-from .synthetic.generate import SynthStage
-from .term_index.stage import IndexStage, MergeStage
-from .training.loop import TrainStage
-from .training.model_init import InitModelStage
-from .training.tokenizers import TokenizerStage
+if TYPE_CHECKING:
+    from .pipeline import config, execute
+    from .pipeline.stage import Stage
 
-STAGES: dict[str, type[Stage]] = {
-    cls.name: cls
-    for cls in (
-        KeygenStage,
-        SynthStage,
-        IngestStage,
-        SurrogateStage,
-        PlaceholdersStage,
-        CanariesStage,
-        DetectStage,
-        DetectTrainStage,
-        DetectTrainCrfStage,
-        LearnDenyStage,
-        IndexStage,
-        MergeStage,
-        SplitStage,
-        FragmentStage,
-        TokenizerStage,
-        EncodeStage,
-        InitModelStage,
-        TrainStage,
-        AuditStage,
-        AuditCompareStage,
-    )
+PATHS: dict[str, str] = {
+    "keygen": "phisieve.phi.secret:KeygenStage",
+    "synth": "phisieve.synthetic.generate:SynthStage",
+    "ingest": "phisieve.corpus.ingest:IngestStage",
+    "surrogate": "phisieve.phi.surrogate:SurrogateStage",
+    "placeholders": "phisieve.phi.gold:PlaceholdersStage",
+    "canaries": "phisieve.phi.canaries:CanariesStage",
+    "detect": "phisieve.detect.run:DetectStage",
+    "detect-train": "phisieve.detect.train:DetectTrainStage",
+    "detect-train-crf": "phisieve.detect.crf_train:DetectTrainCrfStage",
+    "learn-deny": "phisieve.detect.learnt:LearnDenyStage",
+    "index": "phisieve.term_index.stage:IndexStage",
+    "merge": "phisieve.term_index.stage:MergeStage",
+    "split": "phisieve.corpus.split:SplitStage",
+    "fragment": "phisieve.fragments.stage:FragmentStage",
+    "tokenizer": "phisieve.training.tokenizers:TokenizerStage",
+    "encode": "phisieve.encode.stage:EncodeStage",
+    "init-model": "phisieve.training.model_init:InitModelStage",
+    "train": "phisieve.training.loop:TrainStage",
+    "audit": "phisieve.audit.run:AuditStage",
+    "audit-compare": "phisieve.audit.run:AuditCompareStage",
 }
+"""Every stage: its name -> ``module:class``."""
+
+
+class Catalog(Mapping[str, "type[Stage]"]):
+    """Stage classes by name, each imported from its ``stage.py`` on first use."""
+
+    def __init__(self, paths: Mapping[str, str]) -> None:
+        self._paths = dict(paths)
+        self._classes: dict[str, type[Stage]] = {}
+
+    def __getitem__(self, name: str) -> type[Stage]:
+        cls = self._classes.get(name)
+        if cls is None:
+            module, _, attr = self._paths[name].partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+            if cls.name != name:  # pragma: no cover - a catalog typo
+                raise TypeError(f"{self._paths[name]} is stage {cls.name!r}, not {name!r}")
+            self._classes[name] = cls
+        return cls
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+STAGES: Catalog = Catalog(PATHS)
 """Every stage, by the name its command and pipeline files use."""
 
 
 def load_pipeline(path: str | Path, **kwargs: Any) -> config.Pipeline:
     """Read and check a pipeline file (:func:`phisieve.pipeline.config.load_pipeline` with
     every stage of phisieve)."""
+    from .pipeline import config
+
     return config.load_pipeline(path, STAGES, **kwargs)
 
 
 def run_pipeline(path: str | Path, **kwargs: Any) -> list[execute.Event]:
     """Run a pipeline file, finished stages skipped (:func:`phisieve.pipeline.execute.
     run_pipeline`); ``workdir`` and ``overrides`` go to :func:`load_pipeline`."""
+    from .pipeline import execute
+
     load = {k: kwargs.pop(k) for k in ("workdir", "overrides") if k in kwargs}
     return execute.run_pipeline(load_pipeline(path, **load), **kwargs)

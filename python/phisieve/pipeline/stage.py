@@ -29,16 +29,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import InputError
-from ..io.sources import BatchSource, open_source, require_columns
-from .engine import LocalEngine
 from .options import deciding, settings
-from .progress import progress_bar
 from .stats import Stats
+
+if TYPE_CHECKING:  # the declarations stay importable without pyarrow (an instant --help)
+    import pyarrow as pa
+
+    from ..io.sources import BatchSource
 
 DATASET = "dataset"
 """An output or input that is a phisieve dataset (a folder of Parquet files with a marker)."""
@@ -127,6 +127,8 @@ class Context:
 
     def source(self, name: str) -> BatchSource:
         """The opened dataset input ``name``."""
+        from ..io.sources import BatchSource
+
         value = self.values.get(name)
         if not isinstance(value, BatchSource):
             raise InputError(f"{self.stage.name} has no dataset input {name!r}")
@@ -139,6 +141,8 @@ class Context:
     def hold(self, name: str) -> BatchSource:
         """The dataset input ``name``, read again as often as needed: a one-shot stream is
         read into memory once (other sources are returned as they are)."""
+        from ..io.sources import open_source
+
         src = self.source(name)
         if not src.reiterable:
             src = open_source(src.table(), self.stage.batch_rows)
@@ -164,6 +168,8 @@ class Context:
     ) -> list[Any]:
         """A reduce step over the dataset input ``name`` on the run's engine: ``fn``'s
         results on pieces of it (:meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        from .engine import LocalEngine
+
         engine = self.engine if self.engine is not None else LocalEngine()
         cols = list(columns) if columns is not None else None
         return engine.scan(self, name, fn, cols, by=by, label=label)
@@ -171,6 +177,8 @@ class Context:
     @contextmanager
     def bar(self, label: str, total: int | None, unit: str = "") -> Iterator[Callable[[int], None]]:
         """A progress bar (nothing when progress is off); yields ``advance(n)``."""
+        from .progress import progress_bar
+
         with progress_bar(label, total=total, unit=unit, enabled=self.progress) as advance:
             yield advance
 
@@ -336,6 +344,8 @@ class Stage:
 
 
 def _many(out: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
     if out is None:
         return
     if isinstance(out, (pa.RecordBatch, pa.Table, dict)):
@@ -346,4 +356,6 @@ def _many(out: Any) -> Iterator[Any]:
 
 def require(src: BatchSource, columns: Iterable[str]) -> None:
     """Refuse a dataset input that lacks one of ``columns``."""
+    from ..io.sources import require_columns
+
     require_columns(src.schema, columns, src.name)
