@@ -66,7 +66,8 @@ def test_help_imports_no_heavy_library(argv: list[str]) -> None:
 
 
 def test_importing_the_command_line_and_every_stage_is_light() -> None:
-    code = "import phisieve.cli.app\nfrom phisieve.catalog import STAGES\n[STAGES[n] for n in STAGES]"
+    code = "import phisieve.cli.app\nfrom phisieve.catalog import STAGES\n"
+    code += "[STAGES[n] for n in STAGES]"
     assert _imported_after(code) == []
 
 

@@ -20,9 +20,9 @@ from phisieve.cli import app
 from phisieve.encode import encode, load_tokenizer
 from phisieve.io.schema import SPANS
 from phisieve.io.sources import write_dataset
-from phisieve.protection.scope import SCOPES, DocSpans
-from phisieve.term_index.build import terms_options
-from phisieve.term_index.stage import write_index
+from phisieve.protection.policy import SCOPES
+from phisieve.protection.scope import DocSpans
+from phisieve.term_index.build import terms_options, write_index
 from phisieve.text.words import tokenize
 from phisieve.training.masking import make_batch, objective
 

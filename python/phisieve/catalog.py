@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 PATHS: dict[str, str] = {
     "keygen": "phisieve.phi.secret:KeygenStage",
-    "synth": "phisieve.synthetic.generate:SynthStage",
-    "ingest": "phisieve.corpus.ingest:IngestStage",
+    "synth": "phisieve.synthetic.stage:SynthStage",
+    "ingest": "phisieve.corpus.stage:IngestStage",
     "surrogate": "phisieve.phi.surrogate:SurrogateStage",
     "placeholders": "phisieve.phi.gold:PlaceholdersStage",
     "canaries": "phisieve.phi.canaries:CanariesStage",
@@ -34,7 +34,7 @@ PATHS: dict[str, str] = {
     "learn-deny": "phisieve.detect.learnt:LearnDenyStage",
     "index": "phisieve.term_index.stage:IndexStage",
     "merge": "phisieve.term_index.stage:MergeStage",
-    "split": "phisieve.corpus.split:SplitStage",
+    "split": "phisieve.corpus.stage:SplitStage",
     "fragment": "phisieve.fragments.stage:FragmentStage",
     "tokenizer": "phisieve.training.tokenizers:TokenizerStage",
     "encode": "phisieve.encode.stage:EncodeStage",

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..detect.run import RECOGNIZERS_HELP, STANZA_HELP, parse_recognizers, stanza_options
 from ..io.dataset import FILE, check_output, write_json
 from ..io.physionet import read_physionet
-from ..term_index.stage import DIRECT_SCOPE_HELP, MIN_SHARE_HELP
+from ..protection.policy import DIRECT_SCOPE_HELP, MIN_SHARE_HELP
 from .render import protection
 
 out_console = Console()

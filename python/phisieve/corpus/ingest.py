@@ -11,17 +11,15 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from ..io.dataset import DatasetWriter
-from ..io.readers import DocumentStream, Rejection, read_documents
-from ..pipeline.options import option
+from ..io.readers import DocumentStream, Rejection
 from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
-from ..pipeline.stage import PATH, SOURCE, Context, Input, Stage
+from ..pipeline.stage import Context
 
 
 def ingest(
@@ -71,6 +69,8 @@ def ingest(
     InputError
         As :func:`read_documents`, or when ``out`` is the input itself.
     """
+    from .stage import IngestStage
+
     stage = IngestStage(
         fmt=fmt,
         patient_col=patient_col,
@@ -85,75 +85,27 @@ def ingest(
     )
 
 
-@dataclass(frozen=True)
-class IngestOptions:
-    """Options of ``phisieve ingest``."""
-
-    fmt: str = option("auto", "mimic, physionet, jsonl, parquet, txt or auto.", flag="--format")
-    patient_col: str | None = option(None, "Patient id column.")
-    text_col: str | None = option(None, "Note text column.")
-    doc_col: str | None = option(None, "Document id column.")
-    group_col: str | None = option(None, "Admission (group) id column.")
-    encoding: str = option(
-        "utf-8", "Text encoding of the input: a Python codec name such as latin-1 or cp1252."
+def documents(ctx: Context, state: DocumentStream) -> Iterator[pa.RecordBatch]:
+    """The documents ``state`` reads, each batch's rejected rows written beside the
+    output as it goes; the counts (which reconcile) into ``ctx.stats``."""
+    by_reason: Counter[str] = Counter()
+    rows_in = rows_out = 0
+    with state, _progress_bar(ctx.progress, state) as tick:
+        for batch, rejections in state:
+            rows_out += batch.num_rows
+            yield batch
+            _write_rejections(ctx.writer, rejections)
+            by_reason.update(r.reason for r in rejections)
+            rows_in += batch.num_rows + len(rejections)
+            tick()
+    if rows_out + sum(by_reason.values()) != rows_in:  # pragma: no cover - a bug
+        raise AssertionError("ingest lost rows: rows + rejected != rows_in")
+    ctx.stats.update(
+        rows_in=rows_in,
+        rejected_by_reason=dict(sorted(by_reason.items())),
+        format=state.fmt,
+        input=str(state.path),
     )
-    batch_rows: int = option(8192, "Input records per batch.", decides=False, hidden=True)
-
-
-class IngestStage(Stage):
-    """``phisieve ingest``: notes from outside phisieve (:func:`phisieve.io.readers.
-    read_documents`) into the ``documents`` dataset; rejected rows, with their reason, into
-    ``OUT.meta/rejected``. Counts reconcile: rows read = rows written + rows rejected."""
-
-    name = "ingest"
-    help = (
-        "Read notes (MIMIC-III CSV, PhysioNet deid, JSONL, Parquet, .txt folder) into the "
-        "documents dataset; bad rows go to OUT.meta/rejected with a reason (never their text)."
-    )
-    Options = IngestOptions
-    inputs = (
-        Input("path", "Input file or folder.", kind=SOURCE, positional=True),
-        Input("id-map", "CSV file,patient_id[,group_id] for a txt folder.", kind=PATH,
-              required=False),
-    )  # fmt: skip
-    unit = "bytes"
-
-    def reduce(self, ctx: Context) -> DocumentStream:
-        o = self.options
-        return read_documents(
-            ctx.path("path"),
-            o.fmt,
-            patient_col=o.patient_col,
-            text_col=o.text_col,
-            doc_col=o.doc_col,
-            group_col=o.group_col,
-            id_map=ctx.path("id-map"),
-            batch_rows=o.batch_rows,
-            encoding=o.encoding,
-        )
-
-    def schema(self, ctx: Context, state: DocumentStream) -> pa.Schema:
-        return state.schema
-
-    def batches(self, ctx: Context, state: DocumentStream) -> Iterator[pa.RecordBatch]:
-        by_reason: Counter[str] = Counter()
-        rows_in = rows_out = 0
-        with state, _progress_bar(ctx.progress, state) as tick:
-            for batch, rejections in state:
-                rows_out += batch.num_rows
-                yield batch
-                _write_rejections(ctx.writer, rejections)
-                by_reason.update(r.reason for r in rejections)
-                rows_in += batch.num_rows + len(rejections)
-                tick()
-        if rows_out + sum(by_reason.values()) != rows_in:  # pragma: no cover - a bug
-            raise AssertionError("ingest lost rows: rows + rejected != rows_in")
-        ctx.stats.update(
-            rows_in=rows_in,
-            rejected_by_reason=dict(sorted(by_reason.items())),
-            format=state.fmt,
-            input=str(state.path),
-        )
 
 
 def _write_rejections(writer: DatasetWriter, rejections: list[Rejection]) -> None:

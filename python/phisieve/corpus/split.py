@@ -20,21 +20,13 @@ import math
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from ..errors import ConfigError, InputError
-from ..pipeline.options import option
+from ..errors import ConfigError
 from ..pipeline.runner import run_stage
-from ..pipeline.stage import DATASETS, Context, Input, Output, Stage, require
-from ..pipeline.stats import Stats
 
 __all__ = [
     "DEFAULT_FRACTIONS",
-    "SplitStage",
     "assign",
     "check_fractions",
     "parse_fractions",
@@ -126,7 +118,7 @@ def part_sizes(n: int, fractions: dict[str, float]) -> dict[str, int]:
     return dict(zip(fractions, sizes, strict=True))
 
 
-def _check_seed(seed: int) -> bytes:
+def check_seed(seed: int) -> bytes:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise ConfigError(f"the seed must be an integer in [0, 2**64), not {seed!r}")
     return seed.to_bytes(8, "little")
@@ -138,7 +130,7 @@ def assign(units: Iterable[str], fractions: dict[str, float], seed: int = 0) -> 
 
     A pure function of the set of ids, the fractions and the seed.
     """
-    key = _check_seed(seed)
+    key = check_seed(seed)
     ids = set(units)
     ordered = sorted(
         ids,
@@ -215,152 +207,8 @@ def split(
     """
     fractions = check_fractions(dict(DEFAULT_FRACTIONS if fractions is None else fractions))
     text = ",".join(f"{name}={share!r}" for name, share in fractions.items())
+    from .stage import SplitStage
+
     stage = SplitStage(by=by, fractions=text, seed=seed)
     manifest = run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
     return manifest["split"]
-
-
-@dataclass(frozen=True)
-class SplitOptions:
-    """Options of ``phisieve split``."""
-
-    by: str = option("patient", "patient (or document).")
-    fractions: str = option("members=0.6,reference=0.2,heldout=0.2", "NAME=SHARE,... summing to 1.")
-    seed: int = option(0, "Key of the patient hash.")
-
-
-@dataclass
-class _Assignment:
-    value_sets: dict[str, pa.Array]
-    units: int
-    seen: int
-    members: dict[str, int]
-    rows: dict[str, int] = field(default_factory=dict)
-    patients: dict[str, set[str]] = field(default_factory=dict)
-
-
-class SplitStage(Stage):
-    """``phisieve split``: documents split by patient into one dataset per part.
-
-    Reduce: the distinct patients (or documents), assigned to parts by a keyed hash
-    (:func:`assign`). Map: every row routed to its unit's part (rows keep their order within
-    a part; every column is kept). The output is a folder of datasets, ``OUT/<name>/``.
-    """
-
-    name = "split"
-    help = (
-        "Split documents by patient into datasets OUT/<name>/ (members, reference, held-out "
-        "patients for an audit)."
-    )
-    Options = SplitOptions
-    inputs = (Input("docs", "The documents dataset.", positional=True),)
-    output = Output(DATASETS, "Output folder: one dataset per part.")
-    main = "docs"
-    distributed = True
-    batch_rows = 16_384
-
-    def _fractions(self) -> dict[str, float]:
-        return parse_fractions(self.options.fractions)
-
-    def check(self) -> None:
-        self._fractions()
-        if self.options.by not in BY:
-            raise ConfigError(
-                f"unknown split unit {self.options.by!r}; expected one of {', '.join(BY)}"
-            )
-        _check_seed(self.options.seed)
-
-    def recorded(self) -> dict[str, Any]:
-        return {"by": self.options.by, "seed": self.options.seed, "fractions": self._fractions()}
-
-    def parts(self) -> list[str]:
-        return list(self._fractions())
-
-    def open(self, ctx: Context) -> None:
-        require(ctx.source("docs"), [BY[self.options.by]])
-        ctx.reiterable("docs", "reads its input twice")
-
-    def part_stats(self, stats: Stats, part: str) -> dict[str, Any]:
-        return {"split": {**stats["split"], "part": part}}
-
-    def schema(self, ctx: Context, state: _Assignment) -> pa.Schema:
-        return ctx.source("docs").schema
-
-    def reduce(self, ctx: Context) -> _Assignment:
-        by, column = self.options.by, BY[self.options.by]
-        src = ctx.source("docs")
-        units: set[str] = set()
-        seen = 0
-        for b in ctx.scan("docs", [column], f"{by}s"):
-            col = b.column(0)
-            if col.null_count:
-                row = seen + int(pc.index(pc.is_null(col), True).as_py())
-                raise InputError(f"a null {column}", path=src.name, row=row, column=column)
-            units.update(pc.unique(col.cast(pa.large_string())).to_pylist())
-            seen += b.num_rows
-        parts = assign(units, self._fractions(), self.options.seed)
-        members: dict[str, list[str]] = {name: [] for name in self.parts()}
-        for u, name in parts.items():
-            members[name].append(u)
-        value_sets = {n: pa.array(sorted(ids), pa.large_string()) for n, ids in members.items()}
-        sizes = {n: len(ids) for n, ids in members.items()}
-        names = self.parts()
-        return _Assignment(
-            value_sets, len(units), seen, sizes, dict.fromkeys(names, 0), {n: set() for n in names}
-        )
-
-    def map(self, batch: pa.RecordBatch, state: _Assignment, stats: Stats) -> dict[str, Any]:
-        keys = batch.column(BY[self.options.by]).cast(pa.large_string())
-        count_patients = self.options.by != "patient" and "patient_id" in batch.schema.names
-        out = {}
-        for name, values in state.value_sets.items():
-            part = batch.filter(pc.is_in(keys, value_set=values))
-            state.rows[name] += part.num_rows
-            if count_patients:
-                state.patients[name].update(pc.unique(part.column("patient_id")).to_pylist())
-            out[name] = part
-        return out
-
-    def gather(self, state: _Assignment) -> Any:
-        out = (state.rows, state.patients)
-        state.rows = dict.fromkeys(state.rows, 0)
-        state.patients = {n: set() for n in state.patients}
-        return out
-
-    def absorb(self, state: _Assignment, gathered: list[Any]) -> None:
-        for rows, patients in gathered:
-            for name, n in rows.items():
-                state.rows[name] += n
-            for name, ids in patients.items():
-                state.patients[name].update(ids)
-
-    def finish(self, ctx: Context, state: _Assignment) -> None:
-        by = self.options.by
-        total = sum(state.rows.values())
-        if total != state.seen:  # pragma: no cover - every id was assigned in the first pass
-            raise InputError(
-                "the dataset changed between the two passes", path=ctx.source("docs").name
-            )
-        count_patients = by != "patient" and "patient_id" in ctx.source("docs").schema.names
-
-        def n_patients(name: str) -> int | None:
-            if by == "patient":
-                return state.members[name]
-            return len(state.patients[name]) if count_patients else None
-
-        ctx.stats["split"] = {
-            "by": by,
-            "seed": self.options.seed,
-            "fractions": self._fractions(),
-            "units": state.units,
-            "rows": total,
-            "parts": {
-                name: {
-                    "path": str(ctx.out / name),
-                    "units": state.members[name],
-                    "patients": n_patients(name),
-                    "rows": state.rows[name],
-                }
-                for name in self.parts()
-            },
-        }

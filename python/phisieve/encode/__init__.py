@@ -1,6 +1,7 @@
 """The ``encode`` stage: documents -> model token sequences with per-token protection flags.
 
-* :mod:`phisieve.encode.stage` — the stage (:func:`encode`, :func:`read_encoding`);
+* :mod:`phisieve.encode.stage` — the stage; :mod:`phisieve.encode.api` — :func:`encode` and
+  :func:`read_encoding`;
 * :mod:`phisieve.encode.batches` — its batch function: words flagged by
   :mod:`phisieve.protection.scope` and the terms, model tokens mapped to them by offsets;
 * :mod:`phisieve.encode.tokenizer` — local fast tokenizers, their special tokens;
@@ -19,9 +20,9 @@ __getattr__, __dir__ = lazy_exports(
         "ENCODED": ".pack",
         "EncodeStage": ".stage",
         "SpecialTokens": ".tokenizer",
-        "encode": ".stage",
+        "encode": ".api",
         "encode_batches": ".batches",
         "load_tokenizer": ".tokenizer",
-        "read_encoding": ".stage",
+        "read_encoding": ".api",
     },
 )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..protection.scope import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
+from ..protection.policy import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
 
 def coverage(

@@ -1,111 +1,32 @@
 """The ``encode`` stage: documents -> the ``encoded`` dataset (:mod:`phisieve.encode.batches`
-does the work), and :func:`read_encoding`, how an encoded dataset was made."""
+does the work)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from ..errors import ConfigError, InputError
-from ..fragments.documents import as_documents, is_fragments
-from ..io.dataset import read_manifest
+from .._lazy import LazyModule
+from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.runner import run_stage
 from ..pipeline.stage import PATH, Context, Input, Stage, require
 from ..pipeline.stats import Stats
-from ..protection.scope import DocSpans
-from .batches import Encoder, protection_report, resolve_options
-from .numbering import SequenceOffsets, count_sequences
-from .pack import ENCODED
-from .tokenizer import SpecialTokens, load_tokenizer, open_tokenizer
 
-__all__ = ["ENCODED", "EncodeStage", "SpecialTokens", "encode", "load_tokenizer", "read_encoding"]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
+    from .batches import Encoder
+    from .numbering import SequenceOffsets
 
-def encode(
-    docs: Any,
-    out: str | Path,
-    tokenizer: str | Path | Any,
-    *,
-    terms: str | Path | pa.Table | None = None,
-    spans: str | Path | pa.Table | None = None,
-    max_len: int = 512,
-    ngram: int = 1,
-    policy: str = "all",
-    normalize: str | None = None,
-    direct_scope: str | None = None,
-    pseudonymize: bool = False,
-    doc_col: str = "doc_id",
-    patient_col: str = "patient_id",
-    text_col: str = "text",
-    progress: bool = False,
-    gold: str | Path | pa.Table | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Tokenise documents for a model and write the ``encoded`` dataset.
+batches = LazyModule(".batches", __package__)
+numbering = LazyModule(".numbering", __package__)
+tokenizing = LazyModule(".tokenizer", __package__)
+documents = LazyModule("..fragments.documents", __package__)
+scope = LazyModule("..protection.scope", __package__)
+term_index = LazyModule("..term_index.build", __package__)
 
-    Parameters
-    ----------
-    docs
-        The documents (a dataset folder, or any Arrow table or stream), each patient's
-        documents consecutive and in order.
-    out
-        Output folder (Parquet parts only; the manifest, with the ``encoding`` that
-        :func:`read_encoding` returns, is in ``out.meta/``). An existing one is replaced
-        (atomically) only with ``overwrite``.
-    tokenizer
-        A Hugging Face fast tokenizer, or the local path of one (folder or ``tokenizer.json``).
-    terms
-        The ``terms`` of :func:`phisieve.index`: its indirect terms (``n <= ngram``) and
-        ``direct`` terms mark tokens. Without it, no token is indirect.
-    spans
-        A ``spans`` dataset (``doc_id``, ``spans``) of direct identifiers: their words are
-        protected in place and, unless ``direct_scope`` is ``span``, in every document of
-        the same patient (:mod:`phisieve.protection.scope`).
-    max_len
-        Largest sequence length in model tokens, special tokens included.
-    ngram, policy
-        Use indirect n-grams up to ``ngram`` words, protecting their words under ``policy``
-        (``all`` or ``minimal``, see :class:`phisieve._core.Marker`).
-    normalize, direct_scope
-        Word normalisation and direct scope. ``None``: the ones the terms were made with
-        (recorded in their metadata), else ``nfkc_lower`` and ``identifying``. Values that
-        differ from the terms' are refused.
-    pseudonymize
-        Replace the words of direct identifiers by ``X`` (the MLMA/CLMA baselines).
-    gold
-        Gold PHI spans to score the protection against (coverage of gold PHI tokens, in the
-        manifest's ``protection`` report); they protect nothing.
-
-    Returns
-    -------
-    dict
-        The manifest: sequences, tokens and how many tokens are protected, direct, indirect,
-        and ``protection``: the protected share by reason (and the gold coverage).
-    """
-    stage = EncodeStage(
-        EncodeOptions(
-            max_len=max_len,
-            ngram=ngram,
-            policy=policy,
-            pseudonymize=pseudonymize,
-            normalize=normalize,
-            direct_scope=direct_scope,
-            doc_col=doc_col,
-            patient_col=patient_col,
-            text_col=text_col,
-        ),
-        tokenizer=None if isinstance(tokenizer, (str, Path)) else tokenizer,
-    )
-    inputs = {"docs": docs, "terms": terms, "spans": spans, "gold": gold}
-    if isinstance(tokenizer, (str, Path)):
-        inputs["tokenizer"] = tokenizer
-    return run_stage(stage, inputs, out, overwrite=overwrite, progress=progress)
+__all__ = ["EncodeOptions", "EncodeStage"]
 
 
 @dataclass(frozen=True)
@@ -187,9 +108,9 @@ class EncodeStage(Stage):
     def open(self, ctx: Context) -> None:
         o = self.options
         src = ctx.source("docs")
-        if is_fragments(src.schema) and o.doc_col not in src.schema.names:
+        if documents.is_fragments(src.schema) and o.doc_col not in src.schema.names:
             # Examples of `phisieve fragment`: one per sequence (see as_documents).
-            ctx.values["docs"] = as_documents(src)
+            ctx.values["docs"] = documents.as_documents(src)
         require(ctx.source("docs"), [o.doc_col, o.patient_col, o.text_col])
 
     def recorded(self) -> dict[str, Any]:
@@ -214,20 +135,22 @@ class EncodeStage(Stage):
         return (o.doc_col, o.patient_col, o.text_col)
 
     def schema(self, ctx: Context, state: _Prepared) -> pa.Schema:
-        return ENCODED
+        return batches.ENCODED  # the schema of every encoded dataset
 
     def reduce(self, ctx: Context) -> _Prepared:
         o = self.options
         tok = (
-            self.tokenizer if self.tokenizer is not None else open_tokenizer(ctx.path("tokenizer"))
+            self.tokenizer
+            if self.tokenizer is not None
+            else tokenizing.open_tokenizer(ctx.path("tokenizer"))
         )
         terms = ctx.values.get("terms")
         term_table = None if terms is None else terms.table()
-        normalize, direct_scope = resolve_options(term_table, o.normalize, o.direct_scope)
+        normalize, direct_scope = batches.resolve_options(term_table, o.normalize, o.direct_scope)
         spans, gold = ctx.values.get("spans"), ctx.values.get("gold")
-        doc_spans = None if spans is None else DocSpans.read(spans)
-        gold_spans = None if gold is None else DocSpans.read(gold)
-        encoder = Encoder(
+        doc_spans = None if spans is None else scope.DocSpans.read(spans)
+        gold_spans = None if gold is None else scope.DocSpans.read(gold)
+        encoder = batches.Encoder(
             tok,
             terms=term_table,
             spans=doc_spans,
@@ -258,10 +181,10 @@ class EncodeStage(Stage):
         stats.merge(state.encoder.drain())
         return [out]
 
-    def settle(self, batches: Iterable[pa.RecordBatch]) -> SequenceOffsets:
+    def settle(self, out: Iterable[pa.RecordBatch]) -> SequenceOffsets:
         counts: dict[str, int] = {}
-        count_sequences(batches, counts)
-        return SequenceOffsets(counts)
+        numbering.count_sequences(out, counts)
+        return numbering.SequenceOffsets(counts)
 
     def finalize(self, batch: pa.RecordBatch, settled: SequenceOffsets) -> pa.RecordBatch:
         return settled.number(batch)
@@ -269,11 +192,11 @@ class EncodeStage(Stage):
     def finish(self, ctx: Context, state: _Prepared) -> None:
         o = self.options
         stats = {k: ctx.stats.get(k, 0) for k in state.encoder.stats}
-        special = SpecialTokens.of(state.tokenizer)
+        special = tokenizing.SpecialTokens.of(state.tokenizer)
         terms = state.terms
         direct_terms = 0
         if terms is not None and "direct" in terms.column_names:
-            direct_terms = int(pc.sum(terms.column("direct")).as_py() or 0)
+            direct_terms = term_index.count_true(terms.column("direct"))
         ctx.stats.update(stats)
         ctx.stats["encoding"] = {
             "tokenizer": str(getattr(state.tokenizer, "name_or_path", "")),
@@ -289,16 +212,5 @@ class EncodeStage(Stage):
             "with_terms": terms is not None,
             "with_spans": ctx.values.get("spans") is not None,
             "direct_terms": direct_terms,
-            "protection": protection_report(stats),
+            "protection": batches.protection_report(stats),
         }
-
-
-def read_encoding(path: str | Path) -> dict[str, Any]:
-    """How the complete ``encoded`` dataset at ``path`` was made (its manifest's
-    ``encoding``: tokenizer, ``max_len``, special token ids, protection report...)."""
-    manifest = read_manifest(path)
-    if "encoding" not in manifest:
-        raise InputError(
-            f"not an encoded dataset (written by {manifest.get('stage')!r})", path=path
-        )
-    return manifest["encoding"]

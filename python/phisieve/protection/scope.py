@@ -46,25 +46,12 @@ import pyarrow.compute as pc
 from .. import _core
 from ..errors import ConfigError
 from ..io.sources import open_source, require_columns, string_array
-
-SCOPES = ("span", "patient", "identifying", "corpus")
-"""The direct-identifier scopes, from the narrowest to the widest."""
-
-DEFAULT_SCOPE = "identifying"
-DEFAULT_MIN_SHARE = 0.2
+from .policy import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
 REASONS = ("span", "patient", "corpus", "indirect")
 """Why a token is protected: inside a direct span of its document; outside them, the same
 word as a direct span of the same patient; outside them, a corpus-wide ``direct`` term; an
 indirect identifier."""
-
-
-def check_scope(scope: str, min_share: float = DEFAULT_MIN_SHARE) -> None:
-    """Raise :class:`ConfigError` for an unknown scope or a share outside (0, 1]."""
-    if scope not in SCOPES:
-        raise ConfigError(f"unknown direct scope {scope!r}; expected one of {', '.join(SCOPES)}")
-    if not 0.0 < min_share <= 1.0:
-        raise ConfigError(f"min_share must be in (0, 1], not {min_share}")
 
 
 def merged_spans(spans: list[dict[str, Any]] | None) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,6 @@ import gzip
 import io
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
@@ -28,11 +27,9 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InputError
 from ..io.schema import DOCUMENTS
-from ..pipeline.options import option
 from ..pipeline.runner import run_stage
-from ..pipeline.stage import DATASET, FILE, Context, Output, Stage
 
-__all__ = ["SYNTH", "SynthStage", "synth", "synth_batches"]
+__all__ = ["SYNTH", "synth", "synth_batches"]
 
 SYNTH = pa.schema(
     [
@@ -1029,7 +1026,7 @@ def _patient_notes(seed: int, i: int, npp: tuple[int, int], wpn: tuple[int, int]
     return notes
 
 
-def _check(
+def check_sizes(
     patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int], first: int = 0
 ) -> None:
     for name, x in (("patients", patients), ("seed", seed), ("first_patient", first)):
@@ -1041,7 +1038,7 @@ def _check(
         raise InputError("words_per_note must be (lo, hi) with 1 <= lo <= hi")
 
 
-def _rows(
+def patient_rows(
     patients: int, seed: int, npp: tuple[int, int], wpn: tuple[int, int], first: int
 ) -> Iterator[tuple[int, list[tuple]]]:
     npp, wpn = (int(npp[0]), int(npp[1])), (int(wpn[0]), int(wpn[1]))
@@ -1093,14 +1090,14 @@ def synth_batches(
     InputError
         If an argument is out of range.
     """
-    _check(patients, seed, notes_per_patient, words_per_note, first_patient)
+    check_sizes(patients, seed, notes_per_patient, words_per_note, first_patient)
     if not isinstance(batch_rows, (int, np.integer)) or batch_rows < 1:
         raise InputError("batch_rows must be a positive integer")
-    rows = _rows(patients, seed, notes_per_patient, words_per_note, first_patient)
-    return _to_batches(rows, batch_rows)
+    rows = patient_rows(patients, seed, notes_per_patient, words_per_note, first_patient)
+    return to_batches(rows, batch_rows)
 
 
-def _to_batches(
+def to_batches(
     rows: Iterator[tuple[int, list[tuple]]], batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
     cols: list[list] = [[] for _ in range(6)]
@@ -1130,7 +1127,7 @@ def _csv_quote(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-def _write_mimic_csv(
+def write_mimic_csv(
     target: Path, rows: Iterator[tuple[int, list[tuple]]], tick: Any, name: str
 ) -> dict[str, int]:
     """Write the CSV to ``target``, gzipped when the output's ``name`` ends in ``.gz`` (the
@@ -1158,10 +1155,6 @@ def _write_mimic_csv(
     return {"rows": n_rows, "patients": n_patients, "tokens": n_tokens}
 
 
-FORMATS = ("parquet", "mimic-csv")
-"""What ``synth`` writes: a documents dataset, or a NOTEEVENTS-style CSV file."""
-
-
 def parse_range(text: str, option: str) -> tuple[int, int]:
     """``LO:HI`` as a pair of integers (``option`` names the option in the message)."""
     try:
@@ -1169,84 +1162,6 @@ def parse_range(text: str, option: str) -> tuple[int, int]:
     except ValueError:
         raise ConfigError(f"{option} must be LO:HI, e.g. 2:8, not {text!r}") from None
     return lo, hi
-
-
-@dataclass(frozen=True)
-class SynthOptions:
-    """Options of ``phisieve synth``."""
-
-    patients: int = option(500, "Number of patients.")
-    seed: int = option(0, "Random seed; output is a pure function of it.")
-    fmt: str = option(
-        "parquet",
-        "parquet or mimic-csv (a NOTEEVENTS-style CSV file; .gz: gzipped).",
-        flag="--format",
-    )
-    notes_per_patient: str = option("2:8", "LO:HI notes per patient (at most 999).")
-    words_per_note: str = option("60:400", "LO:HI whitespace tokens per note.")
-
-
-class SynthStage(Stage):
-    """``phisieve synth``: a synthetic MIMIC-III-style corpus, a pure function of the seed.
-
-    No input; patient ``i``'s notes depend on ``(seed, i)`` only, generated patient by
-    patient (streaming: any size fits in memory).
-    """
-
-    name = "synth"
-    help = "Write a synthetic MIMIC-III-style corpus with [** ... **] placeholders."
-    Options = SynthOptions
-    output = Output(help="Output folder (or, with --format mimic-csv, the CSV file).")
-    unit = "patients"
-    rows_per_part = 100_000
-
-    def check(self) -> None:
-        o = self.options
-        if o.fmt not in FORMATS:
-            raise InputError(f"unknown synth format {o.fmt!r} (expected 'parquet' or 'mimic-csv')")
-        self.ranges = (
-            parse_range(o.notes_per_patient, "--notes-per-patient"),
-            parse_range(o.words_per_note, "--words-per-note"),
-        )
-        _check(o.patients, o.seed, *self.ranges)
-
-    def output_kind(self) -> str:
-        return FILE if self.options.fmt == "mimic-csv" else DATASET
-
-    def _rows(self) -> Iterator[tuple[int, list[tuple]]]:
-        return _rows(self.options.patients, self.options.seed, *self.ranges, 0)
-
-    def _stats(self, ctx: Context) -> None:
-        o = self.options
-        ctx.stats.update(
-            patients=o.patients,
-            seed=o.seed,
-            format=o.fmt,
-            notes_per_patient=list(self.ranges[0]),
-            words_per_note=list(self.ranges[1]),
-        )
-
-    def schema(self, ctx: Context, state: Any) -> pa.Schema:
-        return SYNTH
-
-    def batches(self, ctx: Context, state: Any) -> Iterator[pa.RecordBatch]:
-        self._stats(ctx)
-        ctx.stats["tokens"] = 0
-        with ctx.bar("synth", self.options.patients, "patients") as tick:
-
-            def counted() -> Iterator[tuple[int, list[tuple]]]:
-                for i, notes in self._rows():
-                    ctx.stats.add("tokens", sum(nt[9] for nt in notes))
-                    yield i, notes
-                    tick(1)
-
-            yield from _to_batches(counted(), 8192)
-
-    def build(self, ctx: Context, target: Path) -> None:
-        self._stats(ctx)
-        with ctx.bar("synth", self.options.patients, "patients") as tick:
-            made = _write_mimic_csv(target, self._rows(), tick, ctx.out.name)
-        ctx.stats.update(made)
 
 
 def synth(
@@ -1261,7 +1176,7 @@ def synth(
     overwrite: bool = False,
 ) -> dict:
     """Write a synthetic MIMIC-III-style corpus to disk (the ``synth`` stage,
-    :class:`SynthStage`; streaming: any size fits in memory).
+    :class:`~phisieve.synthetic.stage.SynthStage`; streaming: any size fits in memory).
 
     Parameters
     ----------
@@ -1293,6 +1208,8 @@ def synth(
     InputError
         If ``fmt`` is unknown or an argument is out of range.
     """
+    from .stage import SynthStage
+
     stage = SynthStage(
         patients=patients,
         seed=seed,

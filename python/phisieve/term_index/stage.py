@@ -6,89 +6,26 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import LazyModule
 from ..errors import ConfigError
-from ..io.dataset import side_file
-from ..io.schema import TERMS
 from ..pipeline.options import option
-from ..pipeline.runner import run_stage
 from ..pipeline.stage import Context, Input, Stage
-from ..protection.scope import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
-from .build import (
-    IndexReport,
-    ProtectedCounts,
-    index,
-    merge_terms,
-    parse_size,
-    read_terms,
-    shares,
-    term_stats,
-    terms_options,
+from ..protection.policy import (
+    DEFAULT_MIN_SHARE,
+    DEFAULT_SCOPE,
+    DIRECT_SCOPE_HELP,
+    MIN_SHARE_HELP,
+    check_scope,
 )
 
-__all__ = ["IndexStage", "MergeStage", "write_index"]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
+build = LazyModule(".build", __package__)
 
-def write_index(
-    source: Any,
-    out: str | Path,
-    *,
-    k: int = 2,
-    ngram: int = 1,
-    normalize: str = "nfkc_lower",
-    patient_col: str = "patient_id",
-    text_col: str = "text",
-    memory_budget: int | str | None = None,
-    threads: int = 0,
-    batch_size: int = 16_384,
-    policy_stats: bool = True,
-    progress: bool = False,
-    spans: str | Path | None = None,
-    direct_scope: str = DEFAULT_SCOPE,
-    min_share: float = DEFAULT_MIN_SHARE,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
-    ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
-    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics
-    (``stats.json``) with how the counting went (the manifest's ``execution``: passes,
-    partitions, peak bytes).
-
-    The inputs and the output are checked before the work starts; an existing ``out`` is
-    replaced (atomically, side files included) only with ``overwrite``.
-    """
-    stage = IndexStage(
-        k=k,
-        ngram=ngram,
-        normalize=normalize,
-        patient_col=patient_col,
-        text_col=text_col,
-        memory_budget=None if memory_budget is None else str(memory_budget),
-        threads=threads,
-        policy_stats=policy_stats,
-        direct_scope=direct_scope,
-        min_share=min_share,
-    )
-    stage.batch_rows = batch_size
-    m = run_stage(
-        stage, {"docs": source, "spans": spans}, out, overwrite=overwrite, progress=progress
-    )
-    stats = json.loads(side_file(out, "stats.json").read_text(encoding="utf-8"))
-    return {**stats, **m["execution"]}
-
-
-DIRECT_SCOPE_HELP = (
-    "How far the words of direct spans reach: span (in place), patient (also the same "
-    "patient's other uses), identifying (also corpus-wide the alphabetic words found inside "
-    "spans in at least MIN_SHARE of their uses), corpus (every span word everywhere: the old "
-    "behaviour)."
-)
-MIN_SHARE_HELP = "identifying scope: the share of a word's uses inside spans."
+__all__ = ["IndexOptions", "IndexStage", "MergeOptions", "MergeStage"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +58,6 @@ class _Index:
     execution: dict[str, Any]
 
 
-def _index_piece(piece: Any, **options: Any) -> tuple[pa.Table, IndexReport]:
-    """The index of one piece of the corpus (all the documents of its patients)."""
-    report = IndexReport()
-    return index(piece, report=report, **options), report
-
-
 class IndexStage(Stage):
     """``phisieve index``: the patient x term index (:func:`phisieve.term_index.index`).
 
@@ -152,7 +83,7 @@ class IndexStage(Stage):
 
     def check(self) -> None:
         o = self.options
-        parse_size(o.memory_budget)
+        build.parse_size(o.memory_budget)
         if o.k < 1:
             raise ConfigError(f"k must be at least 1, got {o.k}")
         check_scope(o.direct_scope, o.min_share)
@@ -180,7 +111,7 @@ class IndexStage(Stage):
         pieces = ctx.pieces(
             "docs",
             partial(
-                _index_piece,
+                build.index_piece,
                 k=o.k,
                 ngram=o.ngram,
                 normalize=o.normalize,
@@ -201,15 +132,15 @@ class IndexStage(Stage):
         if len(pieces) == 1:
             terms = pieces[0][0]
         else:
-            terms = merge_terms([t for t, _ in pieces], k=o.k, patients_disjoint=True)
-        stats = term_stats(
+            terms = build.merge_terms([t for t, _ in pieces], k=o.k, patients_disjoint=True)
+        stats = build.term_stats(
             terms,
             k=o.k,
             patient_ids=[p for r in reports for p in r.patient_ids],
             tokens=sum(r.tokens for r in reports),
         )
         stats.update(
-            direct_terms=int(pc.sum(terms.column("direct")).as_py() or 0),
+            direct_terms=build.count_true(terms.column("direct")),
             documents=sum(r.documents for r in reports),
             ngram=o.ngram,
             normalize=o.normalize,
@@ -217,11 +148,13 @@ class IndexStage(Stage):
         if o.policy_stats:
             counted = ctx.pieces(
                 "docs",
-                ProtectedCounts(terms, o.normalize, o.text_col, self.batch_rows, o.memory_budget),
+                build.ProtectedCounts(
+                    terms, o.normalize, o.text_col, self.batch_rows, o.memory_budget
+                ),
                 [o.text_col],
                 label="protected share",
             )
-            stats["protected_share"] = shares(counted)
+            stats["protected_share"] = build.shares(counted)
         # How the counting went (not what the index holds): in the manifest, not stats.json.
         execution = {
             "pieces": len(pieces),
@@ -234,18 +167,17 @@ class IndexStage(Stage):
 
     def schema(self, ctx: Context, state: _Index) -> pa.Schema:
         # The terms schema, with the options the index records in its metadata.
-        return TERMS.with_metadata(state.terms.schema.metadata)
+        return build.TERMS.with_metadata(state.terms.schema.metadata)
 
     def batches(self, ctx: Context, state: _Index) -> Any:
         yield from state.terms.to_batches()
 
     def finish(self, ctx: Context, state: _Index) -> None:
         terms = state.terms
-        indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
-        ctx.writer.write_side("blacklist.txt", "".join(t + "\n" for t in indirect))
+        ctx.writer.write_side("blacklist.txt", build.blacklist(terms))
         ctx.writer.write_side("stats.json", json.dumps(state.stats, indent=2))
         ctx.stats.update(state.stats)
-        ctx.stats.update(terms_options(terms))
+        ctx.stats.update(build.terms_options(terms))
         ctx.stats["execution"] = state.execution
 
 
@@ -275,22 +207,22 @@ class MergeStage(Stage):
 
     def reduce(self, ctx: Context) -> pa.Table:
         parts = ctx.values["parts"]
-        return merge_terms(
-            [read_terms(p) for p in parts],
+        return build.merge_terms(
+            [build.read_terms(p) for p in parts],
             k=self.options.k,
             patients_disjoint=not self.options.shared_patients,
         )
 
     def schema(self, ctx: Context, state: pa.Table) -> pa.Schema:
-        return TERMS.with_metadata(state.schema.metadata)
+        return build.TERMS.with_metadata(state.schema.metadata)
 
     def batches(self, ctx: Context, state: pa.Table) -> Any:
         yield from state.to_batches()
 
     def finish(self, ctx: Context, state: pa.Table) -> None:
         ctx.stats.update(
-            terms_options(state),
+            build.terms_options(state),
             merged_from=[str(p) for p in ctx.values["parts"]],
-            indirect_terms=int(pc.sum(state.column("indirect")).as_py() or 0),
-            direct_terms=int(pc.sum(state.column("direct")).as_py() or 0),
+            indirect_terms=build.count_true(state.column("indirect")),
+            direct_terms=build.count_true(state.column("direct")),
         )

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..encode.stage import read_encoding
+from ..encode.api import read_encoding
 from ..errors import ConfigError, MissingDependencyError
 from ..io.dataset import side_file
 from ..pipeline.options import option
