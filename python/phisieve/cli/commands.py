@@ -18,9 +18,7 @@ import typer
 from rich.console import Console
 
 from ..pipeline.options import params
-from ..pipeline.runner import run_stage
 from ..pipeline.stage import Stage
-from .render import render
 
 out_console = Console()
 
@@ -86,6 +84,9 @@ def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.P
 
 def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """Build ``cls`` from command-line arguments, run it and print its summary."""
+    from ..pipeline.runner import run_stage
+    from .render import render
+
     inputs = {port.name: kwargs.pop(port.attr) for port in cls.inputs}
     out = kwargs.pop("out")
     overwrite = kwargs.pop("overwrite")

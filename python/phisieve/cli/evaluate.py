@@ -12,10 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..detect.run import RECOGNIZERS_HELP, STANZA_HELP, parse_recognizers, stanza_options
-from ..io.dataset import FILE, check_output, write_json
-from ..io.physionet import read_physionet
 from ..protection.policy import DIRECT_SCOPE_HELP, MIN_SHARE_HELP
-from .render import protection
 
 out_console = Console()
 err_console = Console(stderr=True)
@@ -48,6 +45,8 @@ def detect_options(
 def _report(json_out: Path | None, data: dict[str, Any], stage: str, options: dict[str, Any],
             overwrite: bool) -> None:  # fmt: skip
     if json_out is not None:
+        from ..io.dataset import write_json
+
         write_json(json_out, data, stage=stage, options=options, overwrite=overwrite)
 
 
@@ -91,6 +90,8 @@ def detect_eval(
     """Span recall, character precision and recall per gold category, and notes/s; with
     --cv K, their mean ± sd over K patient-level folds."""
     from ..detect.run import evaluate_corpus
+    from ..io.dataset import FILE, check_output
+    from ..io.physionet import read_physionet
 
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)
@@ -172,6 +173,8 @@ def coverage(
     """Protection on annotated notes: detect -> index --spans -> encode --terms --spans, then
     the share of gold PHI tokens protected and the share of all tokens protected."""
     from ..encode.coverage import coverage as run
+    from ..io.dataset import FILE, check_output
+    from ..io.physionet import read_physionet
 
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)
@@ -189,6 +192,8 @@ def coverage(
         max_len=max_len,
         detect_options=opts,
     )
+    from .render import protection
+
     for line in protection(r["protection"]):
         out_console.print(line)
     out_console.print(

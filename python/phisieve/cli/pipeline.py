@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -14,10 +14,11 @@ from rich.table import Table
 
 from ..catalog import load_pipeline
 from ..errors import ConfigError
-from ..pipeline.config import Pipeline
 from ..pipeline.engines import Engine, make_engine
-from ..pipeline.execute import Event, plan, run_pipeline
-from .render import render
+
+if TYPE_CHECKING:
+    from ..pipeline.config import Pipeline
+    from ..pipeline.execute import Event
 
 out_console = Console()
 
@@ -59,6 +60,8 @@ def _report(pipeline: Pipeline, quiet: bool) -> object:
         elif e.action == "run":
             out_console.rule(f"[bold]{escape(title)}[/] ({escape(e.reason)})")
         elif e.action == "done" and e.manifest is not None:
+            from .render import render
+
             for line in render(e.step.kind, e.manifest, e.step.out):
                 out_console.print(line, soft_wrap=True)
 
@@ -76,8 +79,12 @@ def execute(
 ) -> None:
     """Show the plan (``dry_run``) or run it (with ``engine``: default, this process)."""
     if dry_run:
+        from ..pipeline.execute import plan
+
         show_plan(pipeline, plan(pipeline, start=start, stop=stop))
         return
+    from ..pipeline.execute import run_pipeline
+
     run_pipeline(
         pipeline,
         start=start,

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .progress import counted
-
 __all__ = ["Engine", "LocalEngine"]
 
 
@@ -71,6 +69,8 @@ class LocalEngine(Engine):
         label: str | None = None,
     ) -> list[Any]:
         """One piece: the whole input, streamed (see :meth:`Engine.scan`)."""
+        from .progress import counted
+
         src = ctx.source(name)
         if label is not None:
             src = counted(src, label, unit=ctx.stage.unit, enabled=ctx.progress)
