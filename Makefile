@@ -1,4 +1,5 @@
-# phisieve: `make demo` runs the pipeline on a synthetic corpus; `make test` runs every test.
+# phisieve: `make demo` runs the pipeline on a synthetic corpus; `make test` runs the linters and
+# every test (pytest on TEST_WORKERS processes, pytest-xdist).
 # Each target creates .venv and builds the Rust extension (release mode) when needed.
 
 PYTHON ?= python3
@@ -8,6 +9,8 @@ STAMP := $(VENV)/.phisieve-built
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml
 export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
+# pytest processes: one per core the machine has (`make test TEST_WORKERS=1`: one process).
+TEST_WORKERS ?= auto
 
 .PHONY: demo test test-rust test-python bench lint build clean chromium crf-model
 
@@ -26,7 +29,7 @@ build: $(STAMP)
 demo: build
 	$(BIN)/phisieve demo --out demo_out
 
-test: test-rust test-python
+test: lint test-rust test-python
 
 test-rust:
 	cargo test --release -p phisieve-core --quiet
@@ -40,7 +43,7 @@ chromium:
 
 test-python: build chromium
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "test corpus not found at $(PHISIEVE_TEST_CORPUS) (set PHISIEVE_TEST_CORPUS)"; exit 1; }
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # The CRF recognizer that ships in the package, trained again on the PhysioNet deid dev notes
 # (deterministic: the same notes give the same model).

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from phisieve.catalog import load_pipeline
-from phisieve.pipeline.engines import LocalEngine, make_engine
+from phisieve.pipeline.engine import LocalEngine, make_engine
 from phisieve.pipeline.execute import Event, run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.toml"

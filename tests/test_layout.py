@@ -14,7 +14,7 @@ PACKAGE = ROOT / "python" / "phisieve"
 RUST = ROOT / "rust" / "core" / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_core", "_lazy", "errors"),
+    ("_core", "_lazy", "errors", "dependencies"),
     ("text",),
     ("io",),
     ("pipeline",),

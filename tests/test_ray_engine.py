@@ -15,7 +15,7 @@ import pytest
 
 from phisieve.catalog import load_pipeline
 from phisieve.errors import ConfigError
-from phisieve.pipeline.engines import LocalEngine, make_engine
+from phisieve.pipeline.engine import LocalEngine, make_engine
 from phisieve.pipeline.execute import run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.toml"

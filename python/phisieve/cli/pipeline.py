@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..catalog import load_pipeline
 from ..errors import ConfigError
-from ..pipeline.engines import Engine, make_engine
+from ..pipeline.engine import Engine, make_engine
 
 if TYPE_CHECKING:
     from ..pipeline.config import Pipeline

@@ -119,7 +119,7 @@ def run_pipeline(
     report
         Called before each step (``run`` or ``skip``) and after each run (``done``).
     engine
-        Where batch functions run (:func:`phisieve.pipeline.engines.make_engine`; default:
+        Where batch functions run (:func:`phisieve.pipeline.engine.make_engine`; default:
         in this process). The outputs are the same files whatever the engine.
     """
     selected = _selected(pipeline, stop)

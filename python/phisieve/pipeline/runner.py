@@ -171,7 +171,7 @@ def run_stage(
         Keep an existing output that is finished (:func:`finished`) instead of redoing it;
         its manifest is returned with ``"skipped": True``.
     engine
-        Where the batch function runs (:mod:`phisieve.pipeline.engines`; default: here).
+        Where the batch function runs (:mod:`phisieve.pipeline.engine`; default: here).
         The output is the same whatever the engine.
 
     Returns
