@@ -54,7 +54,7 @@ def coverage(
     """
     from ..detect.run import detect
     from ..term_index.build import index
-    from .stage import encode
+    from .api import encode
 
     check_scope(direct_scope, min_share)
     spans = detect(documents, recognizers, **(detect_options or {}))
