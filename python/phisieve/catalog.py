@@ -40,8 +40,8 @@ PATHS: dict[str, str] = {
     "encode": "phisieve.encode.stage:EncodeStage",
     "init-model": "phisieve.training.model_init:InitModelStage",
     "train": "phisieve.training.loop:TrainStage",
-    "audit": "phisieve.audit.run:AuditStage",
-    "audit-compare": "phisieve.audit.run:AuditCompareStage",
+    "audit": "phisieve.audit.stage:AuditStage",
+    "audit-compare": "phisieve.audit.stage:AuditCompareStage",
 }
 """Every stage: its name -> ``module:class``."""
 
