@@ -331,6 +331,8 @@ def test_a_failed_model_or_report_leaves_the_old_output(tmp_path, monkeypatch, s
     leaves no output, or the previous one untouched."""
     import phisieve.audit.run as audit_run
     import phisieve.training.loop as loop
+    from phisieve.audit.stage import AuditStage
+    from phisieve.training.stage import TrainStage
 
     write_dataset(pa.table({"x": [1]}), tmp_path / "data")
     (tmp_path / "model").mkdir()
@@ -342,10 +344,10 @@ def test_a_failed_model_or_report_leaves_the_old_output(tmp_path, monkeypatch, s
 
     if stage_name == "train":
         monkeypatch.setattr(loop, "_train", lambda e, m, out, c, log: half_written(out))
-        stage = loop.TrainStage(objective="mlm")
+        stage = TrainStage(objective="mlm")
         inputs = {"encoded": tmp_path / "data", "model": tmp_path / "model"}
     else:
-        stage = audit_run.AuditStage()
+        stage = AuditStage()
         inputs = {"model": tmp_path / "model", "members": tmp_path / "data",
                   "non-members": tmp_path / "data"}  # fmt: skip
 

@@ -80,7 +80,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "gold": ("phi.gold", "io.physionet"),
     "masking": ("training.masking",),
     "torch": ("training.loaders",),
-    "train": ("training.loop",),
+    "train": ("training.loop", "training.stage"),
     "encode.protection": ("protection.scope",),
     "encode.stage": ("encode.stage",),
     "detect.model": ("detect.recognizers.model", "detect.train", "detect.labels"),

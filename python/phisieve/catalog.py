@@ -36,12 +36,12 @@ PATHS: dict[str, str] = {
     "merge": "phisieve.term_index.stage:MergeStage",
     "split": "phisieve.corpus.stage:SplitStage",
     "fragment": "phisieve.fragments.stage:FragmentStage",
-    "tokenizer": "phisieve.training.tokenizers:TokenizerStage",
+    "tokenizer": "phisieve.training.stage:TokenizerStage",
     "encode": "phisieve.encode.stage:EncodeStage",
-    "init-model": "phisieve.training.model_init:InitModelStage",
-    "train": "phisieve.training.loop:TrainStage",
-    "audit": "phisieve.audit.run:AuditStage",
-    "audit-compare": "phisieve.audit.run:AuditCompareStage",
+    "init-model": "phisieve.training.stage:InitModelStage",
+    "train": "phisieve.training.stage:TrainStage",
+    "audit": "phisieve.audit.stage:AuditStage",
+    "audit-compare": "phisieve.audit.stage:AuditCompareStage",
 }
 """Every stage: its name -> ``module:class``."""
 

@@ -3,10 +3,12 @@
 The data an audit needs is made by data stages elsewhere: ``phisieve split``
 (:mod:`phisieve.corpus.split`) and ``phisieve canaries`` (:mod:`phisieve.phi.canaries`).
 
+* :mod:`phisieve.audit.stage` — the ``audit`` and ``audit-compare`` stages (``phisieve
+  audit``, ``--compare``): their options, declared without importing what they run;
 * :mod:`phisieve.audit.run` — the privacy audit of a trained model: identifier prediction,
-  graded memorisation, membership inference, model inversion, canary exposure
-  (``phisieve audit``), with :mod:`phisieve.audit.metrics` (the measures) and
-  :mod:`phisieve.audit.report` (``audit.json`` → ``index.html``, ``--compare``);
+  graded memorisation, membership inference, model inversion, canary exposure, with
+  :mod:`phisieve.audit.metrics` (the measures) and :mod:`phisieve.audit.report`
+  (``audit.json`` → ``index.html``, ``--compare``);
 * :mod:`phisieve.audit.epsilon` — a DP claim checked: the TPR (ε, δ) allows at each FPR, and
   the one-run lower bound on ε from canary patients planted by a coin.
 
@@ -20,6 +22,8 @@ from .._lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "AuditStage": ".stage",
+        "AuditCompareStage": ".stage",
         "AuditResult": ".run",
         "audit": ".run",
         "read_audit": ".run",

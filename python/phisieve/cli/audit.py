@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..audit.run import AuditCompareStage, AuditStage
+from ..audit.stage import AuditCompareStage, AuditStage
 from ..errors import ConfigError
 from .commands import run_command, stage_command
 

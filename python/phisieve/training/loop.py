@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,11 @@ from typing import Any
 from ..encode.api import read_encoding
 from ..errors import ConfigError, MissingDependencyError
 from ..io.dataset import side_file
-from ..pipeline.options import option
 from ..pipeline.progress import quiet_transformers
-from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .dp import DPConfig
 from .masking import MaskingConfig, Objective, check_masking, check_protection, objective
 from .sparse_head import SparseHead
+from .stage import TrainOptions, TrainStage
 
 
 @dataclass
@@ -99,7 +97,7 @@ def train(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` (a model object or a local model folder) on ``encoded`` (the
-    ``train`` stage, :class:`TrainStage`).
+    ``train`` stage, :class:`~phisieve.training.stage.TrainStage`).
 
     Writes, atomically (a killed run leaves the previous output or none), the final model
     (and tokenizer-free config) to ``out`` with checkpoints in ``out/checkpoint-<step>``, and
@@ -418,228 +416,3 @@ def _save(model: Any, path: Path, untied: Untied | None) -> None:
 def _unwrap(model: Any) -> Any:
     """The Hugging Face model inside an Opacus wrapper."""
     return getattr(model, "_module", model)
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    """Options of ``phisieve train`` (the fields of :class:`TrainConfig`, flat)."""
-
-    objective: str = option("ppmlm", "ppmlm, ppclm, mlm, clm, mlma, clma, dpp or ipp.")
-    batch_size: int = option(
-        8, "Sequences per batch (with --dp: the expected patients per step, Poisson-sampled)."
-    )
-    epochs: int = option(1, "Epochs (unless --max-steps).")
-    max_steps: int | None = option(None, "Optimizer steps.")
-    learning_rate: float = option(5e-5, "Peak learning rate.")
-    weight_decay: float = option(0.01, "AdamW weight decay.")
-    warmup_ratio: float = option(0.0, "Share of steps warming up.")
-    grad_accumulation: int = option(1, "Batches per optimizer step.")
-    clip_norm: float | None = option(1.0, "Gradient clipping norm (without --dp).")
-    mask_probability: float = option(0.15, "Masked-LM share of words.")
-    mask_only: bool = option(False, "Always [MASK] (no 80/10/10).")
-    seed: int = option(0, "Seed of masks, order and initialisation.")
-    num_workers: int = option(0, "DataLoader workers.", decides=False)
-    device: str = option("auto", "auto, cpu, cuda, cuda:1...")
-    amp: bool = option(True, "Mixed precision on CUDA (bfloat16 where supported).")
-    pad_to: str = option(
-        "max_len", "Pad batches to max_len, or to a multiple of this number (e.g. 8)."
-    )
-    checkpoint_every: int | None = option(None, "Checkpoint every N steps.")
-    dp: bool = option(
-        False, "DP-SGD with the patient as the privacy unit (ε per patient, δ < 1/N)."
-    )
-    dp_unit: str = option(
-        "patient",
-        "DP-SGD: patient (patients sampled and clipped), or sequence (then the patient's ε "
-        "comes from group privacy over --max-per-patient).",
-    )
-    target_epsilon: float | None = option(
-        None, "DP-SGD: choose the noise that reaches this ε per patient over the planned steps."
-    )
-    noise_multiplier: float | None = option(
-        None, "DP-SGD noise multiplier σ (default 1.0, or the one --target-epsilon needs)."
-    )
-    max_grad_norm: float = option(1.0, "DP-SGD: clipping norm C of each patient's gradient.")
-    max_per_patient: int = option(
-        50, "DP-SGD: sequences of a patient per step (--dp-unit sequence: in all)."
-    )
-    delta: float | None = option(None, "DP δ (default 1/N^1.1 for N patients; must be < 1/N).")
-    accountant: str = option("rdp", "DP-SGD accountant: rdp or prv (Opacus).")
-    max_physical_batch: int = option(
-        64, "DP-SGD: sequences per forward pass (memory only).", decides=False
-    )
-    allow_unprotected: bool = option(
-        False,
-        "Train a privacy-preserving objective on a dataset encoded without --terms and "
-        "--spans (nothing protected).",
-    )
-    sparse_output: bool = option(
-        True,
-        "Apply the output layer only where a token is predicted (same loss, faster; not "
-        "with --dp).",
-        decides=False,
-    )
-    untie_output: bool | None = option(
-        None,
-        "Give the output layer its own copy of the input embeddings (BERT and GPT-2 tie "
-        "them, so protected words seen as context move their output scores). Default: on "
-        "for ppmlm, dpp and ipp without --dp; off otherwise.",
-    )
-    hide_protected_input: bool = option(
-        False,
-        "Show the words the objective protects as [MASK] (the padding token when the "
-        "tokenizer has none) in the input too.",
-    )
-
-    @classmethod
-    def of(cls, cfg: TrainConfig) -> TrainOptions:
-        """The options of a :class:`TrainConfig`."""
-        dp = cfg.dp
-        return cls(
-            objective=cfg.objective,
-            batch_size=cfg.batch_size,
-            epochs=cfg.epochs,
-            max_steps=cfg.max_steps,
-            learning_rate=cfg.learning_rate,
-            weight_decay=cfg.weight_decay,
-            warmup_ratio=cfg.warmup_ratio,
-            grad_accumulation=cfg.grad_accumulation,
-            clip_norm=cfg.max_grad_norm,
-            mask_probability=cfg.masking.probability,
-            mask_only=cfg.masking.mask_only,
-            seed=cfg.seed,
-            num_workers=cfg.num_workers,
-            device=cfg.device,
-            amp=cfg.amp,
-            pad_to=str(cfg.pad_to),
-            checkpoint_every=cfg.checkpoint_every,
-            dp=dp is not None,
-            dp_unit=dp.unit if dp else "patient",
-            target_epsilon=dp.target_epsilon if dp else None,
-            noise_multiplier=dp.noise_multiplier if dp else None,
-            max_grad_norm=dp.max_grad_norm if dp else 1.0,
-            max_per_patient=(dp.max_per_patient or 0) if dp else 50,
-            delta=dp.delta if dp else None,
-            accountant=dp.accountant if dp else "rdp",
-            max_physical_batch=dp.max_physical_batch if dp else 64,
-            allow_unprotected=cfg.allow_unprotected,
-            untie_output=cfg.untie_output,
-            sparse_output=cfg.sparse_output,
-            hide_protected_input=cfg.masking.hide_protected_input,
-        )
-
-    def config(self, secure_mode: bool = False, secret: bytes | None = None) -> TrainConfig:
-        """The :class:`TrainConfig` of these options (``secret`` keys DP-SGD's draws)."""
-        pad_to: str | int = self.pad_to if self.pad_to == "max_len" else int(self.pad_to)
-        dp = None
-        if self.dp:
-            dp = DPConfig(
-                noise_multiplier=self.noise_multiplier,
-                max_grad_norm=self.max_grad_norm,
-                max_per_patient=self.max_per_patient or None,
-                delta=self.delta,
-                secure_mode=secure_mode,
-                unit=self.dp_unit,
-                target_epsilon=self.target_epsilon,
-                accountant=self.accountant,
-                max_physical_batch=self.max_physical_batch,
-                secret=secret,
-            )
-        return TrainConfig(
-            objective=self.objective,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            max_steps=self.max_steps,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_ratio=self.warmup_ratio,
-            grad_accumulation=self.grad_accumulation,
-            max_grad_norm=self.clip_norm,
-            seed=self.seed,
-            num_workers=self.num_workers,
-            device=self.device,
-            amp=self.amp,
-            checkpoint_every=self.checkpoint_every,
-            pad_to=pad_to,
-            masking=MaskingConfig(
-                probability=self.mask_probability,
-                mask_only=self.mask_only,
-                hide_protected_input=self.hide_protected_input,
-            ),
-            dp=dp,
-            allow_unprotected=self.allow_unprotected,
-            untie_output=self.untie_output,
-            sparse_output=self.sparse_output,
-        )
-
-
-class TrainStage(Stage):
-    """``phisieve train``: a masked or causal LM fine-tuned on an encoded dataset with a
-    (privacy-preserving) objective. The output is the model folder, written atomically;
-    ``metrics.jsonl`` and ``train.json`` go beside it in ``OUT.meta/``."""
-
-    name = "train"
-    help = (
-        "Fine-tune a masked or causal LM on an encoded dataset with a (privacy-preserving) "
-        "objective; writes the model to OUT, metrics.jsonl and train.json to OUT.meta."
-    )
-    Options = TrainOptions
-    inputs = (
-        Input("encoded", "The encoded dataset.", positional=True),
-        Input("model", "A local Hugging Face model folder.", kind=PATH),
-        Input(
-            "secret-file",
-            "DP-SGD: key of the patient sampling and the noise (the same key, seed and data "
-            "give the same model); without it they are fresh and the run cannot be repeated.",
-            kind=PATH,
-            required=False,
-            secret=True,
-        ),
-    )
-    output = Output(FOLDER, "The model folder to write.")
-
-    def __init__(
-        self,
-        options: Any = None,
-        /,
-        *,
-        model: Any = None,
-        secret: bytes | None = None,
-        secure_mode: bool = False,
-        **values: Any,
-    ) -> None:
-        self.model = model
-        self.secret = secret
-        self.secure_mode = secure_mode
-        super().__init__(options, **values)
-
-    def check(self) -> None:
-        o = self.options
-        if o.pad_to != "max_len" and not o.pad_to.isdigit():
-            raise ConfigError(f"--pad-to is max_len or a number, not {o.pad_to!r}")
-        objective(o.objective)
-        dp = o.config().dp
-        if dp is not None:
-            from .dp import check_config
-
-            check_config(dp)
-
-    def provided(self) -> set[str]:
-        given = {"model"} if self.model is not None else set()
-        return given | ({"secret-file"} if self.secret is not None else set())
-
-    def build(self, ctx: Context, target: Path) -> None:
-        secret = self.secret
-        if secret is None and ctx.path("secret-file") is not None:
-            from ..phi.secret import read_secret
-
-            secret = read_secret(ctx.path("secret-file"), ctx.out)
-        cfg = self.options.config(self.secure_mode, secret)
-        model = self.model if self.model is not None else ctx.path("model")
-        encoded = ctx.values["encoded"]
-        path = encoded.path if encoded.path is not None else encoded
-        metrics = ctx.writer.log_path("metrics.jsonl")
-        with warnings.catch_warnings():
-            summary = _train(path, model, target, cfg, metrics)
-        ctx.writer.write_side("train.json", json.dumps(summary, indent=2, default=str))
-        ctx.stats.update(summary)

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, MissingDependencyError
-from ..pipeline.options import option
-from ..pipeline.stage import FOLDER, Context, Input, Output, Stage, require
+from ..errors import MissingDependencyError
 
 WORDPIECE_SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -124,49 +121,3 @@ def train_bpe(lines: Iterable[str], out: str | Path, *, vocab_size: int = 8000,
     )
     tok.save_pretrained(str(out))
     return Path(out)
-
-
-@dataclass(frozen=True)
-class TokenizerOptions:
-    """Options of ``phisieve tokenizer``."""
-
-    kind: str = option("wordpiece", "wordpiece (BERT-style) or bpe (GPT-2-style byte level).")
-    vocab_size: int = option(8000, "Tokens in the vocabulary.")
-    max_len: int = option(512, "The longest sequence the tokenizer declares.")
-    text_col: str = option("text", "Note text column.")
-
-
-class TokenizerStage(Stage):
-    """``phisieve tokenizer``: a tokenizer learnt on a documents dataset's text, one line at
-    a time (:func:`train_wordpiece`, :func:`train_bpe`); deterministic."""
-
-    name = "tokenizer"
-    help = (
-        "Learn a WordPiece (BERT-style) or byte-level BPE (GPT-2-style) tokenizer on the "
-        "notes' lines; learn it on patients the audited model is not judged on."
-    )
-    Options = TokenizerOptions
-    inputs = (Input("docs", "The documents dataset to learn on.", positional=True),)
-    output = Output(FOLDER, "The tokenizer folder to write.")
-
-    def check(self) -> None:
-        if self.options.kind not in ("wordpiece", "bpe"):
-            raise ConfigError(f"--kind is wordpiece or bpe, not {self.options.kind!r}")
-        if self.options.vocab_size < 16:
-            raise ConfigError(f"--vocab-size must be at least 16, not {self.options.vocab_size}")
-
-    def build(self, ctx: Context, target: Path) -> None:
-        o = self.options
-        require(ctx.source("docs"), [o.text_col])
-        lines = [
-            line
-            for batch in ctx.scan("docs", [o.text_col], "lines")
-            for text in batch.column(0).to_pylist()
-            for line in (text or "").splitlines()
-        ]
-        learn = train_wordpiece if o.kind == "wordpiece" else train_bpe
-        learn(lines, target, vocab_size=o.vocab_size, max_len=o.max_len)
-        from tokenizers import Tokenizer
-
-        size = Tokenizer.from_file(str(target / "tokenizer.json")).get_vocab_size()
-        ctx.stats.update(kind_of_tokenizer=o.kind, vocab_size=size, lines=len(lines))
