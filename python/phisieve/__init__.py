@@ -83,7 +83,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "train": ("training.loop",),
     "encode.protection": ("protection.scope",),
     "encode.stage": ("encode.stage",),
-    "detect.model": ("detect.recognizers.model", "detect.train", "detect.labels"),
+    "detect.model": ("detect.recognizers.model", "detect.train", "detect.labels", "detect.stage"),
     "audit.split": ("corpus.split",),
     "audit.canaries": ("phi.canaries",),
     "audit.coverage": ("encode.coverage",),
