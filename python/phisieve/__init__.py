@@ -76,8 +76,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "presidio": ("detect.recognizers.presidio",),
     "stanza_ner": ("detect.recognizers.stanza",),
     "placeholders": ("phi.placeholders",),
-    "surrogate": ("phi.surrogate", "phi.secret"),
-    "gold": ("phi.gold", "io.physionet"),
+    "surrogate": ("phi.surrogate", "phi.secret", "phi.stage"),
+    "gold": ("phi.gold", "io.physionet", "phi.stage"),
     "masking": ("training.masking",),
     "torch": ("training.loaders",),
     "train": ("training.loop",),
@@ -85,7 +85,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "encode.stage": ("encode.stage",),
     "detect.model": ("detect.recognizers.model", "detect.train", "detect.labels", "detect.stage"),
     "audit.split": ("corpus.split",),
-    "audit.canaries": ("phi.canaries",),
+    "audit.canaries": ("phi.canaries", "phi.stage"),
     "audit.coverage": ("encode.coverage",),
 }
 

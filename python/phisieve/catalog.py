@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from .pipeline.stage import Stage
 
 PATHS: dict[str, str] = {
-    "keygen": "phisieve.phi.secret:KeygenStage",
+    "keygen": "phisieve.phi.stage:KeygenStage",
     "synth": "phisieve.synthetic.generate:SynthStage",
     "ingest": "phisieve.corpus.ingest:IngestStage",
-    "surrogate": "phisieve.phi.surrogate:SurrogateStage",
-    "placeholders": "phisieve.phi.gold:PlaceholdersStage",
-    "canaries": "phisieve.phi.canaries:CanariesStage",
+    "surrogate": "phisieve.phi.stage:SurrogateStage",
+    "placeholders": "phisieve.phi.stage:PlaceholdersStage",
+    "canaries": "phisieve.phi.stage:CanariesStage",
     "detect": "phisieve.detect.stage:DetectStage",
     "detect-train": "phisieve.detect.stage:DetectTrainStage",
     "detect-train-crf": "phisieve.detect.stage:DetectTrainCrfStage",
