@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phisieve.detect.run import DetectStage
+from phisieve.detect.stage import DetectStage
 from phisieve.fragments.stage import FragmentStage
 from phisieve.io.physionet import PHYSIONET_LABELS, read_physionet
 from phisieve.io.sources import write_dataset

@@ -27,7 +27,6 @@ from phisieve.phi.canaries import (
     CANARIES_FILE,
     KINDS,
     WORDS,
-    CanariesStage,
     candidate_indices,
     candidates,
     insert_canaries,
@@ -36,6 +35,7 @@ from phisieve.phi.canaries import (
     secrets_at,
     space_size,
 )
+from phisieve.phi.stage import CanariesStage
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats

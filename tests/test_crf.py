@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phisieve import _core
-from phisieve.detect.crf_train import CrfTrainOptions, train_crf, word_labels
+from phisieve.detect.crf_train import train_crf, word_labels
 from phisieve.detect.cv import cross_validate
 from phisieve.detect.recognizers import crf as crf_module
 from phisieve.detect.recognizers.crf import (
@@ -34,7 +34,8 @@ from phisieve.detect.recognizers.crf import (
     overlaps,
     token_table,
 )
-from phisieve.detect.run import DEFAULT_RECOGNIZERS, detect, detector
+from phisieve.detect.run import detect, detector
+from phisieve.detect.stage import DEFAULT_RECOGNIZERS, CrfTrainOptions
 from phisieve.errors import ConfigError
 from phisieve.io.physionet import read_physionet
 from phisieve.io.sources import open_source

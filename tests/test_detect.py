@@ -268,7 +268,7 @@ def test_score_thresholds_per_recognizer():
 
 
 def test_cli_min_score_forms():
-    from phisieve.detect.run import parse_thresholds
+    from phisieve.detect.stage import parse_thresholds
 
     assert parse_thresholds("0.5") == 0.5
     assert parse_thresholds("presidio=0.85,rules=0") == {"presidio": 0.85, "rules": 0.0}

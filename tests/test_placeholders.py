@@ -16,8 +16,9 @@ import phisieve
 from phisieve.errors import InputError
 from phisieve.io.physionet import read_physionet
 from phisieve.io.schema import SPANS
-from phisieve.phi.gold import PlaceholdersStage, placeholder_ids, placeholders, to_placeholders
+from phisieve.phi.gold import placeholder_ids, placeholders, to_placeholders
 from phisieve.phi.placeholders import find, kind_of, report, sex_of
+from phisieve.phi.stage import PlaceholdersStage
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats

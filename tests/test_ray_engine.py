@@ -259,7 +259,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs,
     stats.json and blacklist.txt included, for bigrams counted in passes under a memory
     budget and every direct scope; only how it was counted (the manifest's ``execution``)
     differs."""
-    from phisieve.detect.run import DetectStage
+    from phisieve.detect.stage import DetectStage
     from phisieve.pipeline.runner import run_stage
     from phisieve.term_index.stage import IndexStage
 
@@ -283,7 +283,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs,
 def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, synth_docs):
     """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
     Ray's pieces give the local engine's examples, byte for byte."""
-    from phisieve.detect.run import DetectStage
+    from phisieve.detect.stage import DetectStage
     from phisieve.fragments.stage import FragmentStage
     from phisieve.pipeline.runner import run_stage
 

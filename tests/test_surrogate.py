@@ -873,7 +873,7 @@ def synthetic():
 
 
 def _stage_run(table, out, batch_rows=None):
-    from phisieve.phi.surrogate import SurrogateStage
+    from phisieve.phi.stage import SurrogateStage
     from phisieve.pipeline.runner import run_stage
 
     stage = SurrogateStage(secret=SECRET, report_unknown_categories=True)
@@ -937,7 +937,7 @@ def test_the_surrogate_batch_function_takes_any_subset_of_rows(synthetic, tmp_pa
     # anywhere, with the reduce's state carried over from batch to batch, or a fresh state per
     # batch (nothing an earlier batch left in the state changes a later batch's output).
     from phisieve.io.sources import open_source
-    from phisieve.phi.surrogate import SurrogateStage
+    from phisieve.phi.stage import SurrogateStage
     from phisieve.pipeline.stage import Context
     from phisieve.pipeline.stats import Stats
 

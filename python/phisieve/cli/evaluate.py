@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..detect.run import RECOGNIZERS_HELP, STANZA_HELP, parse_recognizers, stanza_options
+from ..detect.stage import RECOGNIZERS_HELP, STANZA_HELP, parse_recognizers, stanza_options
 from ..protection.policy import DIRECT_SCOPE_HELP, MIN_SHARE_HELP
 
 out_console = Console()

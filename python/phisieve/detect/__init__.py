@@ -1,14 +1,16 @@
 """Direct identifiers: find names, dates, phone numbers... in notes (DESIGN.md §3).
 
+* :mod:`phisieve.detect.stage` — the stages ``detect``, ``detect-train``,
+  ``detect-train-crf`` and ``learn-deny``: their options and inputs, light to import;
 * :mod:`phisieve.detect.run` — :func:`detect` (the recognizers combined, spans merged) and
-  the ``detect`` stage;
+  :func:`evaluate`, scores against gold spans;
 * :mod:`phisieve.detect.recognizers` — rules, lists (deny lists and the built-in
-  dictionaries), Presidio, Stanza and a trained model;
+  dictionaries), Presidio, Stanza, the CRF and a trained model;
 * :mod:`phisieve.detect.labels` — one map of gold, detect and surrogate labels to categories;
-* :mod:`phisieve.detect.evaluate` — scores against gold spans;
 * :mod:`phisieve.detect.cv` — patient-level cross-validation;
 * :mod:`phisieve.detect.learnt` — deny lists grown from gold;
-* :mod:`phisieve.detect.train` — ``detect-train``, a token-classification recognizer.
+* :mod:`phisieve.detect.train` — ``detect-train``, a token-classification recognizer;
+* :mod:`phisieve.detect.crf_train` — ``detect-train-crf``, the CRF recognizer.
 """
 
 from __future__ import annotations
@@ -18,15 +20,26 @@ from .._lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        name: ".run"
-        for name in (
-            "RECOGNIZERS",
-            "detect",
-            "evaluate",
-            "evaluate_corpus",
-            "merge_spans",
-            "read_word_list",
-            "write_spans",
-        )
+        **{
+            name: ".run"
+            for name in (
+                "detect",
+                "evaluate",
+                "evaluate_corpus",
+                "merge_spans",
+                "read_word_list",
+                "write_spans",
+            )
+        },
+        **{
+            name: ".stage"
+            for name in (
+                "RECOGNIZERS",
+                "DetectStage",
+                "DetectTrainStage",
+                "DetectTrainCrfStage",
+                "LearnDenyStage",
+            )
+        },
     },
 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ..errors import ConfigError, InputError
+from ..errors import InputError
 from ..io.schema import SPANS
 from ..io.sources import open_source, require_columns
-from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
-from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .labels import category
 from .recognizers.crf import (
     FINDER_FILE,
@@ -60,38 +58,12 @@ from .recognizers.crf import (
     sequences,
     token_table,
 )
+from .stage import CrfTrainOptions, check_crf_options
 
-__all__ = ["CrfTrainOptions", "DetectTrainCrfStage", "train_crf", "word_labels"]
+__all__ = ["train_crf", "word_labels"]
 
 TRAINED_WITH = ("rules", "lists")
 """The recognizers whose spans are the CRF's features, as ``detect`` runs them by default."""
-
-
-@dataclass(frozen=True)
-class CrfTrainOptions:
-    """Options of ``phisieve detect-train-crf``."""
-
-    c1: float = option(0.05, "L1 regularisation (sparser model).")
-    c2: float = option(0.01, "L2 regularisation.")
-    max_iterations: int = option(150, "L-BFGS iterations.")
-    drop_spans: float = option(
-        0.15,
-        "Share of the rules/lists spans hidden from the features of the training notes (at "
-        "random, keyed by the seed): the CRF learns to find PHI the rules miss.",
-    )
-    augment: int = option(
-        2,
-        "Copies of each training note with its gold PHI re-filled by fresh surrogates, which "
-        "the finder also learns from: it learns where PHI goes, not these patients' PHI.",
-    )
-    seed: int = option(0, "Seed of the hidden spans and of the copies' surrogates.")
-
-
-def _check(o: CrfTrainOptions) -> None:
-    if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1 or o.augment < 0:
-        raise ConfigError("c1, c2 and augment must be >= 0 and max_iterations >= 1")
-    if not 0 <= o.drop_spans < 1:
-        raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
 
 
 def _notes(documents: pa.Table) -> pa.Table:
@@ -226,7 +198,7 @@ def train_crf(
         What ``phisieve.json`` records, and the seconds taken.
     """
     o = options or CrfTrainOptions()
-    _check(o)
+    check_crf_options(o)
     started = time.perf_counter()
     notes = _notes(documents)
     labelled = _labelled(notes, gold, corpus, o, progress)
@@ -272,36 +244,3 @@ def train_crf(
 def _labels(labelled: pl.DataFrame) -> list[str]:
     """The labels a model trained on ``labelled`` can emit, sorted."""
     return sorted(labelled.get_column("y").unique().to_list())
-
-
-class DetectTrainCrfStage(Stage):
-    """``phisieve detect-train-crf``: the ``crf`` recognizer trained on annotated notes
-    (:func:`train_crf`); its output folder is used as ``detect --recognizers
-    rules,lists,crf:OUT``."""
-
-    name = "detect-train-crf"
-    help = (
-        "Train the CRF recognizer on annotated notes, for "
-        "`detect --recognizers rules,lists,crf:OUT`."
-    )
-    Options = CrfTrainOptions
-    inputs = (
-        Input(
-            "annotated",
-            "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
-            "or a spans dataset (with --docs).",
-            kind=PATH,
-            positional=True,
-        ),
-        Input("docs", "The documents of a spans dataset given as ANNOTATED.", required=False),
-    )
-    output = Output(FOLDER, "The model folder to write.")
-
-    def check(self) -> None:
-        _check(self.options)
-
-    def build(self, ctx: Context, target: Path) -> None:
-        from .train import read_annotated
-
-        documents, gold = read_annotated(ctx.path("annotated"), ctx.values.get("docs"))
-        ctx.stats.update(train_crf(documents, gold, target, self.options, progress=ctx.progress))

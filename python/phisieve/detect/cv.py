@@ -156,7 +156,7 @@ def cross_validate(
     if trains_model:
         from dataclasses import fields
 
-        from .train import DetectTrainOptions, check_options
+        from .stage import DetectTrainOptions, check_options
 
         known = {f.name for f in fields(DetectTrainOptions)}
         given = {k: v for k, v in (train_options or {}).items() if k in known}

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from ..io.physionet import read_physionet
-from ..pipeline.options import option
-from ..pipeline.stage import FILE, SOURCE, Context, Input, Output, Stage
 from ..text.words import tokenize
 from .labels import category
 
@@ -126,36 +122,3 @@ def write_word_list(words: dict[str, str], path: str | os.PathLike[str]) -> None
         encoding="utf-8",
     )
     os.replace(tmp, path)
-
-
-@dataclass(frozen=True)
-class LearnDenyOptions:
-    """Options of ``phisieve learn-deny``."""
-
-    min_rate: float = option(0.5, "Share of a word's occurrences annotated as PHI.")
-    min_patients: int = option(1, "Patients whose notes annotate it.")
-
-
-class LearnDenyStage(Stage):
-    """``phisieve learn-deny``: a deny list (``word TAB LABEL``) grown from annotated notes
-    (:func:`learn_deny_list`), for ``detect --deny`` on the site's other notes."""
-
-    name = "learn-deny"
-    help = (
-        "Grow a deny list (word TAB LABEL) from annotated notes: the words annotated as PHI "
-        "in most of their uses (clinicians, hospitals), for `detect --deny` on the site's "
-        "other notes."
-    )
-    Options = LearnDenyOptions
-    inputs = (
-        Input("corpus", "PhysioNet deid folder (id.text, id-phi.phrase).", kind=SOURCE,
-              positional=True),
-    )  # fmt: skip
-    output = Output(FILE, "The deny list file to write.")
-
-    def build(self, ctx: Context, target: Path) -> None:
-        documents, gold = read_physionet(ctx.path("corpus"))
-        o = self.options
-        words = learn_deny_list(documents, gold, min_rate=o.min_rate, min_patients=o.min_patients)
-        write_word_list(words, target)
-        ctx.stats.update(words=len(words), notes=documents.num_rows)

@@ -50,27 +50,12 @@ from ..errors import ConfigError, InputError
 from ..io.dataset import DatasetWriter
 from ..io.schema import SPANS, spans_array
 from ..io.sources import BatchSource, open_source, require_columns
-from ..pipeline.options import option
 from ..pipeline.progress import counted, progress_bar
-from ..pipeline.stage import PATH, Context, Input, Stage
-from ..pipeline.stats import Stats
 from ..text.words import normalize_word, tokenize
 from .recognizers import SPAN_ROWS, dictionaries
+from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
 
-__all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
-
-RECOGNIZERS = ("rules", "lists", "crf", "presidio", "stanza", "model")
-"""Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
-``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
-``torch`` extra; ``crf`` is the shipped CRF, ``crf:DIR`` one from ``detect-train-crf``."""
-
-DEFAULT_RECOGNIZERS = ("rules", "lists", "crf")
-"""What ``phisieve detect`` runs unless told otherwise."""
-
-
-def _kind(name: str) -> str:
-    """The recognizer a name selects: ``model:DIR`` -> ``model``, ``crf:DIR`` -> ``crf``."""
-    return name.split(":", 1)[0] if name.startswith(("model:", "crf:")) else name
+__all__ = ["detect", "evaluate", "merge_spans", "read_word_list"]
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -346,23 +331,6 @@ SPANS_TABLE = pa.schema([pa.field("doc_id", pa.string()), pa.field("spans", SPAN
 """The ``spans`` table: a document's id and its direct-identifier spans."""
 
 
-def check_recognizers(
-    recognizers: Iterable[str], min_score: float | dict[str, float]
-) -> dict[str, float]:
-    """The per-recognizer thresholds; unknown recognizers (or thresholds naming one) refused."""
-    recognizers = list(recognizers)
-    thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
-    if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
-        raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
-    if "model" in recognizers:
-        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
-    if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
-        raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
-    if sum(_kind(r) == "crf" for r in recognizers) > 1:
-        raise ConfigError("give the crf recognizer once (crf, or crf:DIR)")
-    return thresholds
-
-
 def detector(
     src: BatchSource,
     recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
@@ -502,118 +470,6 @@ def detect(
             out.append(found.spans(b))
             adv(b.num_rows)
     return pa.Table.from_batches(out, SPANS_TABLE)
-
-
-def parse_thresholds(text: str) -> float | dict[str, float]:
-    """``0.5`` or ``presidio=0.85,rules=0`` (``*=`` sets the others)."""
-    try:
-        if "=" not in text:
-            return float(text)
-        pairs = (item.split("=", 1) for item in text.split(",") if item.strip())
-        return {name.strip(): float(value) for name, value in pairs}
-    except ValueError:
-        raise ConfigError(
-            f"--min-score must be a number or name=number,..., not {text!r}"
-        ) from None
-
-
-def parse_recognizers(text: str) -> list[str]:
-    """``rules,lists,model:DIR`` as a list of names."""
-    return [r.strip() for r in text.split(",") if r.strip()]
-
-
-def stanza_options(stanza_model: str | None) -> dict[str, Any]:
-    """``package[:ner]`` (``--stanza-model``) as the stanza recognizer's options."""
-    package, _, ner = (stanza_model or "").partition(":")
-    return {"package": package or None, "ner": ner or None}
-
-
-RECOGNIZERS_HELP = (
-    "Comma-separated recognizers: rules, lists, crf (the shipped CRF) or crf:DIR (from "
-    "detect-train-crf), presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, "
-    "a bare `crf` or `model` is trained per fold."
-)
-STANZA_HELP = (
-    "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
-    "beforehand; STANZA_RESOURCES_DIR says where)."
-)
-
-
-@dataclass(frozen=True)
-class DetectOptions:
-    """Options of ``phisieve detect``."""
-
-    recognizers: str = option(",".join(DEFAULT_RECOGNIZERS), RECOGNIZERS_HELP)
-    min_score: str = option(
-        "0", "Drop detections scored below this: 0.5, or presidio=0.85,rules=0."
-    )
-    presidio_model: str | None = option(None, "spaCy model of the presidio recognizer (installed).")
-    stanza_model: str | None = option(None, STANZA_HELP)
-    workers: int = option(1, "spaCy processes for presidio.", decides=False)
-
-
-class DetectStage(Stage):
-    """``phisieve detect``: direct-identifier spans of every document.
-
-    Reduce: the recognizers loaded and, for ``lists``, the dictionaries' statistics of the
-    whole corpus (:func:`detector`). Map: :meth:`Detector.spans` on each batch.
-    """
-
-    name = "detect"
-    help = "Find direct identifiers; write the `spans` dataset (doc_id, spans)."
-    Options = DetectOptions
-    inputs = (
-        Input("docs", "The documents dataset.", positional=True, columns=("doc_id", "text")),
-        Input("deny", "Deny list: word[TAB LABEL] per line, always direct.", kind=PATH,
-              required=False),
-        Input("allow", "Allow list: words never direct.", kind=PATH, required=False),
-    )  # fmt: skip
-    main = "docs"
-    distributed = True
-    columns = ("doc_id", "text")
-
-    def check(self) -> None:
-        check_recognizers(
-            parse_recognizers(self.options.recognizers), parse_thresholds(self.options.min_score)
-        )
-
-    def recorded(self) -> dict[str, Any]:
-        return {
-            "recognizers": self.options.recognizers,
-            "min_score": parse_thresholds(self.options.min_score),
-            "presidio_model": self.options.presidio_model,
-            "stanza_model": self.options.stanza_model,
-        }
-
-    def schema(self, ctx: Context, state: Detector) -> pa.Schema:
-        return SPANS_TABLE
-
-    def reduce(self, ctx: Context) -> Detector:
-        o = self.options
-        names = parse_recognizers(o.recognizers)
-        src = ctx.hold("docs") if "lists" in names else ctx.source("docs")
-        deny, allow = ctx.path("deny"), ctx.path("allow")
-        return detector(
-            src,
-            names,
-            deny=read_word_list(deny) if deny else None,
-            allow=read_word_list(allow) if allow else None,
-            min_score=parse_thresholds(o.min_score),
-            presidio_model=o.presidio_model,
-            stanza=stanza_options(o.stanza_model),
-            workers=o.workers,
-            progress=ctx.progress,
-            pieces=partial(ctx.pieces, "docs"),
-        )
-
-    def map(self, batch: pa.RecordBatch, state: Detector, stats: Stats) -> pa.RecordBatch:
-        out = state.spans(batch)
-        stats.add("spans_found", len(out.column("spans").flatten()))
-        return out
-
-    def finish(self, ctx: Context, state: Detector) -> None:
-        ctx.stats.setdefault("spans_found", 0)
-        ctx.stats["recognizers"] = self.options.recognizers
 
 
 def write_spans(

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,12 @@ from ..errors import ConfigError, InputError
 from ..io.dataset import FolderWriter
 from ..io.physionet import is_physionet, read_physionet
 from ..io.sources import open_source, read_spans, require_columns
-from ..pipeline.options import option
 from ..pipeline.progress import progress_bar
-from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
 from .labels import CATEGORIES, LABELS, category
 from .recognizers.model import FORMAT, _device, _encode, _quiet_loading
+from .stage import DetectTrainOptions, DetectTrainStage, check_options
 
-__all__ = ["DetectTrainStage", "read_annotated", "token_labels", "train_recognizer"]
+__all__ = ["read_annotated", "token_labels", "train_recognizer"]
 
 
 def read_annotated(path: str | os.PathLike[str], docs: Any = None) -> tuple[pa.Table, pa.Table]:
@@ -317,69 +315,3 @@ def fit_recognizer(
         tokenizer.save_pretrained(folder)
     (folder / "phisieve.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
     return {**stats, "seconds": time.perf_counter() - started}
-
-
-@dataclass(frozen=True)
-class DetectTrainOptions:
-    """Options of ``phisieve detect-train``."""
-
-    epochs: int = option(3, "Training epochs.")
-    batch_size: int = option(16, "Windows per step.")
-    max_length: int = option(128, "Window length in tokens.")
-    stride: int = option(32, "Overlap of windows in tokens.")
-    learning_rate: float = option(1e-4, "AdamW learning rate.")
-    o_weight: float = option(0.1, "Loss weight of non-PHI tokens.")
-    negative_share: float = option(0.3, "Share of windows without PHI kept (keyed by the seed).")
-    augment: int = option(
-        0,
-        "Copies of each note with its gold PHI re-filled by fresh surrogates, trained on too: "
-        "the model learns where PHI goes, not these patients' PHI.",
-    )
-    seed: int = option(0, "Seed of initialisation, order, sampling and the copies.")
-    device: str | None = option(None, "cuda, cpu...; default CUDA when available.")
-
-
-def check_options(o: DetectTrainOptions) -> None:
-    """Refuse options :func:`fit_recognizer` cannot train with (:class:`ConfigError`)."""
-    for name, value in (("epochs", o.epochs), ("batch_size", o.batch_size)):
-        if value < 1:
-            raise ConfigError(f"{name} must be at least 1, not {value}")
-    if not 0 < o.o_weight <= 1 or not 0 <= o.negative_share <= 1:
-        raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
-    if o.augment < 0:
-        raise ConfigError(f"augment must be >= 0, not {o.augment}")
-
-
-class DetectTrainStage(Stage):
-    """``phisieve detect-train``: a BIO token-classification recognizer fine-tuned on
-    annotated notes (:func:`train_recognizer`); its output folder is a model, for
-    ``detect --recognizers rules,lists,model:OUT``."""
-
-    name = "detect-train"
-    help = (
-        "Fine-tune a BIO token-classification model on annotated notes, for "
-        "`detect --recognizers rules,lists,model:OUT`."
-    )
-    Options = DetectTrainOptions
-    inputs = (
-        Input(
-            "annotated",
-            "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
-            "or a spans dataset (with --docs).",
-            kind=PATH,
-            positional=True,
-        ),
-        Input("base", "A local BERT-style model folder (fast tokenizer).", kind=PATH),
-        Input("docs", "The documents of a spans dataset given as ANNOTATED.", required=False),
-    )
-    output = Output(FOLDER, "The model folder to write.")
-
-    def check(self) -> None:
-        check_options(self.options)
-
-    def build(self, ctx: Context, target: Path) -> None:
-        docs = ctx.values.get("docs")
-        documents, gold = read_annotated(ctx.path("annotated"), docs)
-        ctx.stats.update(
-            fit_recognizer(documents, gold, ctx.path("base"), target, self.options, ctx.progress)
-        )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,16 +15,13 @@ import pyarrow as pa
 
 from .. import _core
 from ..errors import InputError
-from ..io.physionet import read_physionet
 from ..io.sources import require_columns
 from ..pipeline.runner import run_stage
-from ..pipeline.stage import SOURCE, Context, Input, Stage
-from ..pipeline.stats import Stats
+from .stage import PlaceholdersStage
 
 __all__ = [
     "CATEGORY_OF_KIND",
     "PlaceholderKey",
-    "PlaceholdersStage",
     "gold_by_doc",
     "placeholder_ids",
     "placeholder_text",
@@ -447,11 +443,6 @@ def placeholders(
     return run_stage(PlaceholdersStage(), inputs, out, overwrite=overwrite)
 
 
-@dataclass(frozen=True)
-class PlaceholdersOptions:
-    """``phisieve placeholders`` has no options."""
-
-
 @dataclass
 class _Gold:
     """What the reduce of the placeholders stage found: the documents, their gold spans by
@@ -461,61 +452,3 @@ class _Gold:
     spans: dict[Any, list[dict[str, Any]]]
     ids: dict[PlaceholderKey, int]
     spans_without_document: int
-
-
-class PlaceholdersStage(Stage):
-    """``phisieve placeholders``: gold PHI spans become MIMIC-III placeholders (the reverse
-    of ``surrogate``).
-
-    Reduce: the placeholder ids, numbered per patient over the patient's documents in
-    ``doc_id`` order (:func:`placeholder_ids`). Map: each batch of documents with its gold
-    spans replaced (:func:`to_placeholders` with those ids), so a document's output depends on
-    that document, its spans and the id table alone, never on the order or batching of rows.
-    """
-
-    name = "placeholders"
-    help = "Turn gold PHI spans into MIMIC-III placeholders (the reverse of `surrogate`)."
-    Options = PlaceholdersOptions
-    inputs = (
-        Input("corpus", "PhysioNet deid folder (id.text, id-phi.phrase).", kind=SOURCE,
-              required=False),
-        Input("docs", "A documents dataset.", required=False),
-        Input("spans", "The documents' gold spans.", required=False, columns=("doc_id", "spans")),
-    )  # fmt: skip
-
-    def open(self, ctx: Context) -> None:
-        if ctx.path("corpus") is None and (
-            ctx.values.get("docs") is None or ctx.values.get("spans") is None
-        ):
-            raise InputError("give a PhysioNet corpus folder, or documents with their spans")
-
-    def reduce(self, ctx: Context) -> _Gold:
-        if ctx.path("corpus") is not None:
-            documents, gold = read_physionet(ctx.path("corpus"))
-        else:
-            documents = ctx.source("docs").table()
-            gold = ctx.source("spans").table(["doc_id", "spans"])
-        require_columns(documents.schema, ["doc_id", "patient_id", "text"], "documents")
-        spans = gold_by_doc(gold)
-        present = set(documents.column("doc_id").to_pylist())
-        missing = sum(len(s) for d, s in spans.items() if d not in present)
-        return _Gold(documents, spans, placeholder_ids(documents, spans), missing)
-
-    def schema(self, ctx: Context, state: _Gold) -> pa.Schema:
-        schema = state.documents.schema
-        return schema.remove(schema.get_field_index("spans")) if "spans" in schema.names else schema
-
-    def map(self, batch: pa.RecordBatch, state: _Gold, stats: Stats) -> pa.Table:
-        out, counts = _splice_placeholders(pa.Table.from_batches([batch]), state.spans, state.ids)
-        stats.merge(counts)
-        return out
-
-    def batches(self, ctx: Context, state: _Gold) -> Iterator[Any]:
-        for batch in state.documents.to_batches(max_chunksize=self.batch_rows):
-            yield self.map(batch, state, ctx.stats)
-
-    def finish(self, ctx: Context, state: _Gold) -> None:
-        for key in ("spans", "placeholders", "merged"):
-            ctx.stats.setdefault(key, 0)
-        ctx.stats["spans_without_document"] = state.spans_without_document
-        ctx.stats["by_category"] = dict(sorted(ctx.stats.get("by_category", {}).items()))

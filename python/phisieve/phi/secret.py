@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 from collections import Counter
-from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..pipeline.options import option
-from ..pipeline.stage import FILE, Context, Output, Stage
 
 MIN_SECRET_BYTES = 32
 """A secret shorter than this is refused (HMAC-SHA256 keys: the hash's 32-byte output)."""
@@ -123,40 +119,3 @@ def _smallest_period(data: bytes) -> int:
             k += 1
         border[i] = k
     return len(data) - (border[-1] if data else 0)
-
-
-@dataclass(frozen=True)
-class KeygenOptions:
-    """Options of ``phisieve keygen``."""
-
-    bytes: int = option(32, "Random bytes in the key (written as twice as many hex digits).")
-
-
-class KeygenStage(Stage):
-    """``phisieve keygen``: a new random secret key for ``surrogate`` and ``canaries``.
-
-    The key is drawn from the operating system's random source (:func:`secrets.token_hex`):
-    the one deliberate exception to "every random choice is a function of a seed", since
-    it is the secret everything else is keyed by. It is written as hex digits with a line
-    end, readable only by its owner. A pipeline keeps it across runs (the stage is finished
-    once written), so the surrogates stay the same; keep the file apart from what you share.
-    """
-
-    name = "keygen"
-    help = (
-        "Write a new random secret key (hex digits) for surrogate and canaries; keep it "
-        "apart from the outputs you share."
-    )
-    Options = KeygenOptions
-    output = Output(FILE, "The key file to write.", secret=True)
-
-    def check(self) -> None:
-        if self.options.bytes < MIN_SECRET_BYTES:
-            raise ConfigError(
-                f"a key needs at least {MIN_SECRET_BYTES} random bytes, not {self.options.bytes}"
-            )
-
-    def build(self, ctx: Context, target: Path) -> None:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(secrets.token_hex(self.options.bytes) + "\n")

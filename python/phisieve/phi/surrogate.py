@@ -41,12 +41,10 @@ from .. import _core
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..io.schema import SPAN, SPANS, spans_array
 from ..io.sources import open_source, require_columns
-from ..pipeline.options import option
 from ..pipeline.runner import run_stage
-from ..pipeline.stage import PATH, Context, Input, Stage
-from ..pipeline.stats import Stats
 from .placeholders import find, sex_of
 from .secret import check_secret, read_secret
+from .stage import SurrogateOptions, SurrogateStage
 
 __all__ = [
     "SPAN",
@@ -840,106 +838,3 @@ def surrogate(
         secret=secret,
     )
     return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
-
-
-def parse_years(text: str) -> tuple[int, int]:
-    """``FIRST:LAST`` (e.g. ``2000:2020``) as a pair of years."""
-    try:
-        lo, hi = (int(y) for y in text.split(":"))
-    except ValueError:
-        raise ConfigError(f"--years must be FIRST:LAST, e.g. 2000:2020, not {text!r}") from None
-    return lo, hi
-
-
-@dataclass(frozen=True)
-class SurrogateOptions:
-    """Options of ``phisieve surrogate``."""
-
-    locale: str = option("en_US", "Faker locale of the surrogates.")
-    keep_unfilled: bool = option(
-        False, "Leave unknown categories and malformed markers in the text."
-    )
-    years: str = option("2000:2020", "FIRST:LAST: years each patient's latest date moves into.")
-    report_unknown_categories: bool = option(
-        False,
-        "Name, in the report and the manifest, the unknown categories that at least two "
-        "patients use (one patient's are only counted: they may be PHI). Without it unknown "
-        "categories are only counted.",
-        negatable=False,
-    )
-
-
-class SurrogateStage(Stage):
-    """``phisieve surrogate``: every placeholder filled with a keyed surrogate, gold spans added.
-
-    Reduce: each patient's latest placeholder year, the anchor of the patient's date shift
-    (:func:`date_anchors`). Map: :meth:`SurrogateFiller.fill` on each batch of documents.
-    Each document's output is a pure function of the secret, the anchors and that document's
-    row, whatever the batches or the order of the rows: what the filler keeps from batch to
-    batch only counts (the summary) or caches keyed values (the Faker pool).
-    """
-
-    name = "surrogate"
-    help = "Fill MIMIC-III placeholders with consistent keyed surrogates; add gold `spans`."
-    Options = SurrogateOptions
-    inputs = (
-        Input("docs", "The documents dataset, with [** ... **].", positional=True,
-              columns=("patient_id", "text")),
-        Input(
-            "secret-file",
-            "File holding the secret key: random, >= 32 bytes (make one with `phisieve "
-            "keygen --out KEY`); kept apart.",
-            kind=PATH,
-            secret=True,
-        ),
-    )  # fmt: skip
-    main = "docs"
-    distributed = True
-
-    def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
-        self.secret = secret
-        super().__init__(options, **values)
-
-    def check(self) -> None:
-        parse_years(self.options.years)
-        if self.secret is not None:
-            check_secret(self.secret)
-
-    def provided(self) -> set[str]:
-        return {"secret-file"} if self.secret is not None else set()
-
-    def open(self, ctx: Context) -> None:
-        if self.secret is None:
-            self.secret = read_secret(ctx.path("secret-file"), ctx.out)
-        ctx.reiterable("docs", "reads its input twice")
-
-    def reduce(self, ctx: Context) -> SurrogateFiller:
-        assert self.secret is not None
-        filler = SurrogateFiller(
-            self.secret,
-            locale=self.options.locale,
-            keep_unfilled=self.options.keep_unfilled,
-            years=parse_years(self.options.years),
-            report_unknown=self.options.report_unknown_categories,
-        )
-        anchors = filler.anchors
-        for found in ctx.pieces("docs", latest_years, ["patient_id", "text"], label="dates"):
-            for p, y in found.items():
-                anchors[p] = max(y, anchors.get(p, y))
-        return filler
-
-    def schema(self, ctx: Context, state: SurrogateFiller) -> pa.Schema:
-        return ctx.source("docs").schema.append(pa.field("spans", SPANS))
-
-    def map(self, batch: pa.RecordBatch, state: SurrogateFiller, stats: Stats) -> Any:
-        return state.fill(batch)
-
-    def gather(self, state: SurrogateFiller) -> Any:
-        return state.take_counts()
-
-    def absorb(self, state: SurrogateFiller, gathered: list[Any]) -> None:
-        for counts in gathered:
-            state.add_counts(counts)
-
-    def finish(self, ctx: Context, state: SurrogateFiller) -> None:
-        ctx.stats.update(state.summary())
