@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from phisieve.catalog import load_pipeline
-from phisieve.pipeline.engine import LocalEngine, make_engine
-from phisieve.pipeline.execute import Event, run_pipeline
+from phisieve.pipeline.engine import LocalEngine
+from phisieve.pipeline.execute import Event, make_engine, run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.toml"
 NOTES_PER_PATIENT = 5  # synth's default 2:8 notes per patient

@@ -36,6 +36,7 @@ from phisieve.phi.canaries import (
     space_size,
 )
 from phisieve.phi.stage import CanariesStage
+from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats
@@ -408,7 +409,7 @@ def test_the_batch_function_takes_any_subset_of_rows(corpus, planted):
     out, _ = planted
     docs = read(corpus)
     stage = CanariesStage(n=30, secret=SECRET)
-    ctx = Context(stage, {"docs": open_source(docs, 7)}, {}, Path("unused"))
+    ctx = Context(stage, {"docs": open_source(docs, 7)}, {}, Path("unused"), engine=LocalEngine())
     state = stage.reduce(ctx)
     want = by_doc(read(out))
     for seed in range(3):

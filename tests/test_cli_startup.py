@@ -80,4 +80,4 @@ def test_every_stage_is_defined_in_its_sub_packages_stage_module(name: str) -> N
 
 
 def test_the_probe_sees_a_heavy_import() -> None:
-    assert _imported_after("import pyarrow") == ["pyarrow"]
+    assert "pyarrow" in _imported_after("import pyarrow")

@@ -19,6 +19,7 @@ from phisieve.io.schema import SPANS
 from phisieve.phi.gold import placeholder_ids, placeholders, to_placeholders
 from phisieve.phi.placeholders import find, kind_of, report, sex_of
 from phisieve.phi.stage import PlaceholdersStage
+from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats
@@ -294,7 +295,13 @@ def test_the_placeholders_batch_function_takes_any_subset_of_rows(
     # each note comes out as the whole run wrote it, and the counts add up to the run's.
     want, manifest = physionet_placeholders
     stage = PlaceholdersStage()
-    ctx = Context(stage, {"corpus": physionet_dir, "docs": None, "spans": None}, {}, Path("x"))
+    ctx = Context(
+        stage,
+        {"corpus": physionet_dir, "docs": None, "spans": None},
+        {},
+        Path("x"),
+        engine=LocalEngine(),
+    )
     state = stage.reduce(ctx)
     rng = np.random.default_rng(5)
     documents = state.documents.take(rng.permutation(state.documents.num_rows))

@@ -15,8 +15,8 @@ import pytest
 
 from phisieve.catalog import load_pipeline
 from phisieve.errors import ConfigError
-from phisieve.pipeline.engine import LocalEngine, make_engine
-from phisieve.pipeline.execute import run_pipeline
+from phisieve.pipeline.engine import LocalEngine
+from phisieve.pipeline.execute import make_engine, run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.toml"
 SETTINGS = [
@@ -237,7 +237,13 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
     write_dataset(docs.slice(0, 0), tmp_path / "empty")
     ray = make_engine("ray", workers=2)
     for name, engine in (("ray", ray), ("local", LocalEngine())):
-        ctx = Context(IndexStage(), {"docs": open_source(tmp_path / "docs")}, {}, tmp_path)
+        ctx = Context(
+            IndexStage(),
+            {"docs": open_source(tmp_path / "docs")},
+            {},
+            tmp_path,
+            engine=LocalEngine(),
+        )
         got = engine.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"], by="patient_id")
         assert len(got) == (2 if name == "ray" else 1)
         rows = [r for g in got for r in g["rows"]]
@@ -246,7 +252,13 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
             assert g["rows"] == sorted(g["rows"])  # input order within a piece
         owners = [set(g["patients"].to_pylist()) for g in got]
         assert sum(len(o) for o in owners) == len(set().union(*owners)) == -(-n // 7)
-        ctx = Context(IndexStage(), {"docs": open_source(tmp_path / "empty")}, {}, tmp_path)
+        ctx = Context(
+            IndexStage(),
+            {"docs": open_source(tmp_path / "empty")},
+            {},
+            tmp_path,
+            engine=LocalEngine(),
+        )
         empty = engine.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"], by="patient_id")
         assert [g["rows"] for g in empty] == [[]]
     blocks = ray.scan(ctx, "docs", _patients_in, ["doc_id", "patient_id"])

@@ -32,6 +32,7 @@ from phisieve.phi.gold import (
 )
 from phisieve.phi.placeholders import KINDS, find
 from phisieve.phi.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
+from phisieve.pipeline.engine import LocalEngine
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
 SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"
@@ -943,7 +944,9 @@ def test_the_surrogate_batch_function_takes_any_subset_of_rows(synthetic, tmp_pa
 
     want, _ = _stage_run(synthetic, tmp_path / "a")
     stage = SurrogateStage(secret=SECRET)
-    ctx = Context(stage, {"docs": open_source(synthetic, 5)}, {}, tmp_path / "x")
+    ctx = Context(
+        stage, {"docs": open_source(synthetic, 5)}, {}, tmp_path / "x", engine=LocalEngine()
+    )
     state = stage.reduce(ctx)
     shuffled = _permuted(synthetic, 7, grouped=False)
     rng = random.Random(7)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..catalog import load_pipeline
 from ..errors import ConfigError
-from ..pipeline.engine import Engine, make_engine
+from ..pipeline.engine import Engine
 
 if TYPE_CHECKING:
     from ..pipeline.config import Pipeline
@@ -159,6 +159,8 @@ def run(
         return
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {workers}")
+    from ..pipeline.execute import make_engine
+
     runner = make_engine(engine, address=address, workers=workers)
     try:
         execute(pipeline, start, stop, dry_run, overwrite, quiet, runner)

@@ -10,6 +10,8 @@ it. An engine only yields the stage's output batches, in a deterministic order:
 * :class:`~phisieve.pipeline.ray_engine.RayEngine` (``--engine ray``): the batch function on
   a Ray cluster (``pip install 'phisieve[ray]'``), with the rows in the same order, so the
   outputs are the same files.
+
+:func:`phisieve.pipeline.execute.make_engine` makes one by name.
 """
 
 from __future__ import annotations
@@ -17,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import ConfigError
-
-__all__ = ["ENGINES", "Engine", "LocalEngine", "make_engine"]
+__all__ = ["Engine", "LocalEngine"]
 
 
 class Engine:
@@ -88,42 +88,3 @@ class LocalEngine(Engine):
         if label is not None:
             src = counted(src, label, unit=ctx.stage.unit, enabled=ctx.progress)
         return [fn(src)]
-
-
-ENGINES = ("local", "ray")
-
-
-def make_engine(
-    name: str = "local",
-    *,
-    address: str | None = None,
-    workers: int | None = None,
-    object_store_memory: int | None = None,
-) -> Engine:
-    """The engine called ``name`` (``local`` or ``ray``); Ray is imported only for ``ray``.
-
-    Parameters
-    ----------
-    address
-        For ``ray``: the cluster to join (``auto``, ``ray://HOST:10001``); without it a
-        local Ray instance is started with this machine's CPUs (or ``workers``).
-    workers
-        For ``ray``: how many partitions and parallel batch functions (default: the
-        cluster's CPUs).
-    object_store_memory
-        For a local Ray instance: the object store's bytes (default: bounded, see
-        :func:`phisieve.pipeline.ray_engine.connect`).
-    """
-    if name == "local":
-        if address is not None:
-            raise ConfigError("--address is for --engine ray")
-        return LocalEngine()
-    if name == "ray":
-        try:
-            from .ray_engine import RayEngine
-        except ImportError as e:
-            raise ConfigError(
-                f"--engine ray needs Ray: pip install 'phisieve[ray]' ({e})"
-            ) from None
-        return RayEngine(address=address, workers=workers, object_store_memory=object_store_memory)
-    raise ConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}")

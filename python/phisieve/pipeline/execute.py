@@ -16,10 +16,10 @@ from typing import Any
 
 from ..errors import ConfigError, OutputExistsError
 from .config import Pipeline, Step
-from .engine import Engine
+from .engine import Engine, LocalEngine
 from .runner import reject_unless_owned, run_stage, stale_reason
 
-__all__ = ["Event", "plan", "run_pipeline"]
+__all__ = ["ENGINES", "Event", "make_engine", "plan", "run_pipeline"]
 
 
 @dataclass
@@ -119,7 +119,7 @@ def run_pipeline(
     report
         Called before each step (``run`` or ``skip``) and after each run (``done``).
     engine
-        Where batch functions run (:func:`phisieve.pipeline.engine.make_engine`; default:
+        Where batch functions run (:func:`make_engine`; default:
         in this process). The outputs are the same files whatever the engine.
     """
     selected = _selected(pipeline, stop)
@@ -154,3 +154,42 @@ def run_pipeline(
         if report:
             report(event)
     return events
+
+
+ENGINES = ("local", "ray")
+
+
+def make_engine(
+    name: str = "local",
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    object_store_memory: int | None = None,
+) -> Engine:
+    """The engine called ``name`` (``local`` or ``ray``); Ray is imported only for ``ray``.
+
+    Parameters
+    ----------
+    address
+        For ``ray``: the cluster to join (``auto``, ``ray://HOST:10001``); without it a
+        local Ray instance is started with this machine's CPUs (or ``workers``).
+    workers
+        For ``ray``: how many partitions and parallel batch functions (default: the
+        cluster's CPUs).
+    object_store_memory
+        For a local Ray instance: the object store's bytes (default: bounded, see
+        :func:`phisieve.pipeline.ray_engine.connect`).
+    """
+    if name == "local":
+        if address is not None:
+            raise ConfigError("--address is for --engine ray")
+        return LocalEngine()
+    if name == "ray":
+        try:
+            from .ray_engine import RayEngine
+        except ImportError as e:
+            raise ConfigError(
+                f"--engine ray needs Ray: pip install 'phisieve[ray]' ({e})"
+            ) from None
+        return RayEngine(address=address, workers=workers, object_store_memory=object_store_memory)
+    raise ConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}")

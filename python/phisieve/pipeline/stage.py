@@ -123,7 +123,7 @@ class Context:
     """The output's writer while the stage writes (side files, rejected rows)."""
     engine: Any = None
     """Where the batch function and the reduce steps run
-    (:class:`~phisieve.pipeline.engine.Engine`; ``None``: here)."""
+    (:class:`~phisieve.pipeline.engine.Engine`; the runner always gives one)."""
 
     def source(self, name: str) -> BatchSource:
         """The opened dataset input ``name``."""
@@ -168,9 +168,9 @@ class Context:
     ) -> list[Any]:
         """A reduce step over the dataset input ``name`` on the run's engine: ``fn``'s
         results on pieces of it (:meth:`phisieve.pipeline.engine.Engine.scan`)."""
-        from .engine import LocalEngine
-
-        engine = self.engine if self.engine is not None else LocalEngine()
+        if self.engine is None:  # pragma: no cover - the runner always gives one
+            raise TypeError("a Context needs an engine (LocalEngine() for this process)")
+        engine = self.engine
         cols = list(columns) if columns is not None else None
         return engine.scan(self, name, fn, cols, by=by, label=label)
 
