@@ -200,23 +200,7 @@ def test_no_module_cycle_in_the_rust_core() -> None:
     assert cycles(graph) == []
 
 
-def test_old_module_paths_still_work_with_a_warning() -> None:
-    import importlib
-    import sys
-
-    moved = [
-        ("phisieve.dataset", "open_source"),
-        ("phisieve.dataset", "DatasetWriter"),
-        ("phisieve.torch", "MaskedBatches"),
-        ("phisieve.surrogate", "read_secret"),
-        ("phisieve.readers", "ingest"),
-        ("phisieve.train", "TrainConfig"),
-    ]
-    for old, name in moved:
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
-            module = importlib.import_module(old)
-        assert callable(getattr(module, name))
+def test_the_package_root_offers_its_entry_points() -> None:
     import phisieve
 
     assert callable(phisieve.index) and callable(phisieve.synth) and callable(phisieve.ingest)
