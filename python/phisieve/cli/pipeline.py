@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 out_console = Console()
 
 DEMO = "demo.toml"
-"""The demo pipeline, beside this module (``examples/pipeline.toml`` is the same file)."""
+"""The demo pipeline, beside this module (``examples/pipeline.toml`` links to it)."""
 
 
 def _rel(pipeline: Pipeline, path: Path) -> str:
