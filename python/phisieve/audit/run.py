@@ -57,8 +57,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..dependencies import require
 from ..encode import read_encoding
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, InputError
 from ..io.dataset import check_dataset, dataset_files, dataset_identity, side_file
 from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
@@ -1006,10 +1007,7 @@ def measure(
         o.name_candidates,
     )
     canary_samples, show_identifiers = o.canary_samples, o.show_identifiers
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        raise MissingDependencyError("torch", "torch") from e
+    require("torch")
     model, members, non_members = Path(model), Path(members), Path(non_members)
     for p in (members, non_members):
         check_dataset(p)

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..dependencies import require
+from ..errors import ConfigError, InputError
 
 __all__ = ["SpecialTokens", "load_tokenizer", "open_tokenizer"]
 
@@ -22,10 +23,9 @@ def load_tokenizer(path: str | Path) -> Any:
 
     Nothing is downloaded: the path must exist locally.
     """
-    try:
-        from transformers import AutoTokenizer, PreTrainedTokenizerFast
-    except ImportError as e:
-        raise MissingDependencyError("transformers", "torch") from e
+    require("transformers")
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     path = Path(path)
     if not path.exists():
         raise InputError("no such tokenizer file or folder", path=path)

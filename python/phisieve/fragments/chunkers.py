@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, MissingDependencyError
+from ..dependencies import require
+from ..errors import ConfigError
 
 __all__ = [
     "MAX_WORDS",
@@ -184,10 +185,9 @@ class SpacyChunker:
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        try:
-            import spacy
-        except ImportError:
-            raise MissingDependencyError("spacy", "ner") from None
+        require("spacy")
+        import spacy
+
         if not (spacy.util.is_package(self.model) or Path(self.model).exists()):
             raise ConfigError(
                 f"the spaCy model {self.model!r} is not installed, and phisieve never downloads "

@@ -38,7 +38,7 @@ import polars as pl
 import pyarrow as pa
 
 from .. import _core
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, InputError
 from ..io.schema import SPAN, SPANS, spans_array
 from ..io.sources import open_source, require_columns
 from ..pipeline.runner import run_stage
@@ -298,10 +298,8 @@ class SurrogateFiller:
         lo, hi = self.years
         if not 1 <= lo <= hi <= 9000:
             raise ConfigError(f"years must be an increasing range of years, not {self.years}")
-        try:
-            from faker import Faker
-        except ImportError:  # pragma: no cover - faker is a dependency
-            raise MissingDependencyError("faker", "all") from None
+        from faker import Faker
+
         try:
             # Faker is only called for the formatted kinds (phone, address...), whose parts
             # need no frequency weighting; unweighted draws are 5-10x faster.

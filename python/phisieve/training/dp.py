@@ -42,7 +42,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, MissingDependencyError
+from ..dependencies import require
+from ..errors import ConfigError
 from .sparse_head import SparseHead
 
 UNITS = ("patient", "sequence")
@@ -129,10 +130,9 @@ def opacus_version() -> str:
 
 
 def _accountant(name: str) -> Any:
-    try:
-        from opacus.accountants import create_accountant
-    except ImportError as e:  # pragma: no cover - a torch extra
-        raise MissingDependencyError("opacus", "torch") from e
+    require("opacus")
+    from opacus.accountants import create_accountant
+
     return create_accountant(mechanism=name)
 
 
@@ -180,10 +180,9 @@ def noise_for_epsilon(
 ) -> float:
     """The smallest noise multiplier (to Opacus' tolerance, 0.01 in ε) whose ε over
     ``steps`` at rate ``q`` is at most ``target`` at ``delta``."""
-    try:
-        from opacus.accountants.utils import get_noise_multiplier
-    except ImportError as e:  # pragma: no cover - a torch extra
-        raise MissingDependencyError("opacus", "torch") from e
+    require("opacus")
+    from opacus.accountants.utils import get_noise_multiplier
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import _core
+from ..dependencies import require
 from ..encode import ENCODED, read_encoding
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, InputError
 from ..io.dataset import dataset_files
 from .masking import (
     ENCODED_COLUMNS,
@@ -44,11 +45,13 @@ from .masking import (
     padded_length,
 )
 
-try:
-    import torch
-    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-except ImportError as e:  # pragma: no cover - torch is an optional dependency
-    raise MissingDependencyError("torch", "torch") from e
+torch = require("torch")
+_data = require("torch.utils.data")
+DataLoader, IterableDataset, get_worker_info = (
+    _data.DataLoader,
+    _data.IterableDataset,
+    _data.get_worker_info,
+)
 
 COLUMNS = ["patient_id", *ENCODED_COLUMNS]
 """The columns of ``encoded`` that batches are built from (and capped by patient)."""

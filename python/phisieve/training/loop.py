@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..dependencies import require
 from ..encode.api import read_encoding
-from ..errors import ConfigError, MissingDependencyError
+from ..errors import ConfigError
 from ..io.dataset import side_file
 from ..pipeline.progress import quiet_transformers
 from .dp import DPConfig
@@ -69,10 +70,9 @@ class TrainConfig:
 
 def load_model(path: str | Path, causal: bool) -> Any:
     """A masked- or causal-LM model from a local folder (nothing is downloaded)."""
-    try:
-        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-    except ImportError as e:
-        raise MissingDependencyError("transformers", "torch") from e
+    require("transformers")
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
     cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
     if not Path(path).exists():
         raise ConfigError(f"no model folder at {path}")
@@ -132,10 +132,9 @@ def train(
 def _train(
     encoded: str | Path, model: Any, out: Path, cfg: TrainConfig, metrics: Path
 ) -> dict[str, Any]:
-    try:
-        import torch
-    except ImportError as e:
-        raise MissingDependencyError("torch", "torch") from e
+    require("torch")
+    import torch
+
     from .dp import PrivateGradient, dp_summary, freeze_for_dp, plan_dp
     from .loaders import MaskedBatches
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingDependencyError
+from ..dependencies import require
 from ..pipeline.progress import quiet_transformers
 
 if TYPE_CHECKING:
@@ -19,17 +19,16 @@ def init_model(o: InitModelOptions, tokenizer: str | Path, target: Path) -> dict
     ``tokenizer``, saved with the tokenizer to the folder ``target``; returns its stats
     (architecture, parameters, vocabulary size). The same options and tokenizer give the
     same bytes."""
-    try:
-        import torch
-        from transformers import (
-            AutoTokenizer,
-            BertConfig,
-            BertForMaskedLM,
-            GPT2Config,
-            GPT2LMHeadModel,
-        )
-    except ImportError as e:
-        raise MissingDependencyError("transformers", "torch") from e
+    require("transformers")
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForMaskedLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+    )
+
     tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
     torch.manual_seed(o.seed)
     if o.architecture == "bert":

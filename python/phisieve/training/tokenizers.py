@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingDependencyError
+from ..dependencies import require
 
 WORDPIECE_SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -78,10 +78,9 @@ def train_wordpiece(lines: Iterable[str], out: str | Path, *, vocab_size: int = 
     Path
         ``out``, a folder ``AutoTokenizer.from_pretrained`` loads.
     """
-    try:
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as e:
-        raise MissingDependencyError("transformers", "torch") from e
+    require("transformers")
+    from transformers import PreTrainedTokenizerFast
+
     tok = PreTrainedTokenizerFast(
         tokenizer_object=_wordpiece([x for x in lines if x.strip()], vocab_size),
         unk_token="[UNK]",
@@ -99,11 +98,10 @@ def train_bpe(lines: Iterable[str], out: str | Path, *, vocab_size: int = 8000,
               max_len: int = 1024) -> Path:  # fmt: skip
     """Learn a GPT-2-style byte-level BPE tokenizer on ``lines`` and save it to ``out``
     (end of text ``<|endoftext|>``, padding ``<pad>``)."""
-    try:
-        from tokenizers import ByteLevelBPETokenizer
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as e:
-        raise MissingDependencyError("transformers", "torch") from e
+    require("transformers")
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(
         [x for x in lines if x.strip()],

@@ -15,7 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, MissingDependencyError
+from ...dependencies import require
+from ...errors import ConfigError
 
 __all__ = ["DEFAULT_MODEL", "LABELS", "PresidioRecognizer", "windows"]
 
@@ -63,12 +64,11 @@ def windows(text: str, size: int, overlap: int) -> Iterator[tuple[int, str]]:
 
 @lru_cache(maxsize=4)
 def _engine(model: str) -> Any:
-    try:
-        import spacy
-        from presidio_analyzer import AnalyzerEngine
-        from presidio_analyzer.nlp_engine import NlpEngineProvider
-    except ImportError:
-        raise MissingDependencyError("presidio-analyzer", "ner") from None
+    require("presidio_analyzer")
+    import spacy
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import NlpEngineProvider
+
     if not (spacy.util.is_package(model) or Path(model).exists()):
         raise ConfigError(
             f"spaCy model {model!r} is not installed, and phisieve never downloads one: "

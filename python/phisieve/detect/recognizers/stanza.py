@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, MissingDependencyError
+from ...dependencies import require
+from ...errors import ConfigError
 from .presidio import windows
 
 __all__ = ["LABELS", "StanzaRecognizer", "doc_spans", "download_command", "load_pipeline"]
@@ -69,10 +70,9 @@ def load_pipeline(
 ) -> Any:
     """A Stanza pipeline over models on disk, never downloaded: when they are missing, a
     :class:`~phisieve.errors.ConfigError` names ``command``, the one-off download."""
-    try:
-        import stanza
-    except ImportError:
-        raise MissingDependencyError("stanza", "ner") from None
+    require("stanza")
+    import stanza
+
     logging.getLogger("stanza").setLevel(logging.ERROR)
     kwargs: dict[str, Any] = {
         "processors": processors,
