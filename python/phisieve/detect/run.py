@@ -13,9 +13,12 @@ Recognizers (combinable):
 * ``stanza``: Stanza's NER over downloaded models
   (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`);
 * ``crf`` (``crf:DIR``): a CRF over words (:class:`~phisieve.detect.recognizers.crf.
-  CrfRecognizer`; by default the one trained on the PhysioNet deid notes that ships with
-  phisieve, or one from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
-  ``rules``/``lists`` spans it finds very unlikely;
+  CrfRecognizer`; by default the one trained on the PhysioNet deid notes, from the
+  distribution ``phisieve-models-physionet``, GPL-2.0, installed apart from phisieve; or one
+  from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
+  ``rules``/``lists`` spans it finds very unlikely. The default recognizers include it:
+  without that distribution, :func:`detect` raises :class:`~phisieve.errors.
+  MissingModelError` before reading any note, naming it and ``rules,lists``;
 * ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
   (:class:`~phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows,
   batched, on CUDA when available.
@@ -62,10 +65,13 @@ __all__ = ["RECOGNIZERS", "detect", "evaluate", "merge_spans", "read_word_list"]
 RECOGNIZERS = ("rules", "lists", "crf", "presidio", "stanza", "model")
 """Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
 ``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
-``torch`` extra; ``crf`` is the shipped CRF, ``crf:DIR`` one from ``detect-train-crf``."""
+``torch`` extra; ``crf`` is the CRF trained on the PhysioNet deid notes (the distribution
+``phisieve-models-physionet``), ``crf:DIR`` one from ``detect-train-crf``."""
 
 DEFAULT_RECOGNIZERS = ("rules", "lists", "crf")
-"""What ``phisieve detect`` runs unless told otherwise."""
+"""What ``phisieve detect`` runs unless told otherwise. ``crf`` needs the distribution
+``phisieve-models-physionet`` (:func:`require_models`); ``rules,lists`` needs nothing more
+than phisieve."""
 
 
 def _kind(name: str) -> str:
@@ -363,6 +369,21 @@ def check_recognizers(
     return thresholds
 
 
+def require_models(recognizers: Iterable[str]) -> None:
+    """Check that the models the ``recognizers`` load from other distributions are
+    installed, before any note is read: a bare ``crf`` needs ``phisieve-models-physionet``.
+
+    Raises
+    ------
+    phisieve.errors.MissingModelError
+        When one is missing; the message says how to install it, or to detect without it.
+    """
+    if "crf" in recognizers:
+        from .recognizers.crf import physionet_crf
+
+        physionet_crf()
+
+
 def detector(
     src: BatchSource,
     recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
@@ -482,6 +503,7 @@ def detect(
     """
     recognizers = list(recognizers)
     check_recognizers(recognizers, min_score)
+    require_models(recognizers)
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
     learns = ("lists" in recognizers and dictionaries_enabled) or any(
@@ -529,9 +551,10 @@ def stanza_options(stanza_model: str | None) -> dict[str, Any]:
 
 
 RECOGNIZERS_HELP = (
-    "Comma-separated recognizers: rules, lists, crf (the shipped CRF) or crf:DIR (from "
-    "detect-train-crf), presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, "
-    "a bare `crf` or `model` is trained per fold."
+    "Comma-separated recognizers: rules, lists, crf (the CRF trained on the PhysioNet deid "
+    "notes; needs pip install phisieve-models-physionet) or crf:DIR (from detect-train-crf), "
+    "presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, a bare `crf` or "
+    "`model` is trained per fold."
 )
 STANZA_HELP = (
     "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
@@ -560,7 +583,13 @@ class DetectStage(Stage):
     """
 
     name = "detect"
-    help = "Find direct identifiers; write the `spans` dataset (doc_id, spans)."
+    help = (
+        "Find direct identifiers; write the `spans` dataset (doc_id, spans). The default "
+        "recognizers, rules,lists,crf, need the CRF weights trained on the PhysioNet deid notes, "
+        "a separate GPL-2.0 distribution: pip install phisieve-models-physionet (make build in "
+        "phisieve's repository). Without it, detect stops before reading a note and says so; "
+        "--recognizers rules,lists runs without it."
+    )
     Options = DetectOptions
     inputs = (
         Input("docs", "The documents dataset.", positional=True, columns=("doc_id", "text")),
@@ -573,9 +602,9 @@ class DetectStage(Stage):
     columns = ("doc_id", "text")
 
     def check(self) -> None:
-        check_recognizers(
-            parse_recognizers(self.options.recognizers), parse_thresholds(self.options.min_score)
-        )
+        names = parse_recognizers(self.options.recognizers)
+        check_recognizers(names, parse_thresholds(self.options.min_score))
+        require_models(names)
 
     def recorded(self) -> dict[str, Any]:
         return {
