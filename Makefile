@@ -6,8 +6,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.phisieve-built
+# The CRF weights of the `crf` recognizer (detect's default), trained on the PhysioNet deid
+# notes: a distribution of their own (GPL-2.0, like the notes; phisieve is Apache-2.0).
+MODELS := models/physionet
+CRF_MODEL := $(MODELS)/src/phisieve_models_physionet/crf
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
-           Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml
+           Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml \
+           $(MODELS)/pyproject.toml
 export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
 # pytest processes: one per core the machine has (`make test TEST_WORKERS=1`: one process).
 TEST_WORKERS ?= auto
@@ -19,9 +24,12 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "maturin>=1.7,<2"
 
+# phisieve (Rust extension, release mode), then the models distribution, editable: the
+# weights `make crf-model` writes are the ones detect loads.
 $(STAMP): $(BIN)/python $(SOURCES)
 	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
 	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit,ray --quiet
+	$(BIN)/pip install --quiet --no-deps --editable ./$(MODELS)
 	touch $(STAMP)
 
 build: $(STAMP)
@@ -45,21 +53,20 @@ test-python: build chromium
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "test corpus not found at $(PHISIEVE_TEST_CORPUS) (set PHISIEVE_TEST_CORPUS)"; exit 1; }
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
-# The CRF recognizer that ships in the package, trained again on the PhysioNet deid dev notes
-# (deterministic: the same notes give the same model).
+# The CRF recognizer of phisieve-models-physionet ($(MODELS)), trained again on the PhysioNet
+# deid dev notes (deterministic: the same notes give the same model).
 crf-model: build
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "corpus not found at $(PHISIEVE_TEST_CORPUS)"; exit 1; }
-	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" \
-	    --out python/phisieve/detect/models/crf-physionet --overwrite
+	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" --out $(CRF_MODEL) --overwrite
 
 bench: build
 	$(BIN)/python benches/suite.py --tokens 1M,10M --out benches/suite
 
 lint: build
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches models
+	$(BIN)/ruff format --check python tests benches models
 	cargo fmt --all --check
 	cargo clippy --all-targets --release -- -D warnings
 
 clean:
-	rm -rf $(VENV) target demo_out
+	rm -rf $(VENV) target demo_out $(MODELS)/build $(MODELS)/src/*.egg-info

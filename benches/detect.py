@@ -7,9 +7,9 @@ recall, notes/s.
 
     python benches/detect.py [--notes 1450] [--model DIR]
 
-The default recognizers (``rules,lists,crf``) run the CRF that ships with phisieve, trained
-on these very notes: their scores here are no claim of accuracy (``detect-eval --cv`` retrains
-it per fold for that); their notes/s are the point.
+The default recognizers (``rules,lists,crf``) run the CRF of ``phisieve-models-physionet``
+(``make build`` installs it), trained on these very notes: their scores here are no claim of
+accuracy (``detect-eval --cv`` retrains it per fold for that); their notes/s are the point.
 
 ``--model DIR`` adds the default recognizers with a trained token-classification model
 (``phisieve detect-train``) on one torch thread: its notes/s on CPU. Its scores are no claim

@@ -1,12 +1,13 @@
 """The `crf` recognizer: Rust inference against CRFsuite and a plain-Python reference, its
-training, vetting of the other recognizers' spans, the shipped model and cross-validation
-(issue 28)."""
+training, vetting of the other recognizers' spans, the model of phisieve-models-physionet
+(found through that distribution; a clear error without it) and cross-validation (issue 28)."""
 
 from __future__ import annotations
 
 import json
 import math
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,18 @@ from phisieve.detect.recognizers import crf as crf_module
 from phisieve.detect.recognizers.crf import (
     FIND,
     FORMAT,
-    SHIPPED,
+    MODELS,
     CrfRecognizer,
     crf_features,
     feature_columns,
     note_runs,
     overlaps,
+    physionet_crf,
     token_table,
 )
 from phisieve.detect.run import detect, detector
 from phisieve.detect.stage import DEFAULT_RECOGNIZERS, CrfTrainOptions
-from phisieve.errors import ConfigError
+from phisieve.errors import ConfigError, MissingDependencyError, MissingModelError, PhisieveError
 from phisieve.io.physionet import read_physionet
 from phisieve.io.sources import open_source
 from phisieve.phi.augment import refilled
@@ -154,7 +156,7 @@ def default_inputs(documents: pa.Table, n: int) -> tuple[Any, pl.DataFrame, pl.D
     return found, token_table(texts, tok), spans
 
 
-def test_shipped_model_tags_like_crfsuite(physionet):
+def test_the_physionet_model_tags_like_crfsuite(physionet):
     found, words, spans = default_inputs(physionet[0], 60)
     feats = crf_features(words, spans).sort("row", "i")
     crf = found.crf
@@ -165,7 +167,7 @@ def test_shipped_model_tags_like_crfsuite(physionet):
     def reference(model: str, columns: list[str]) -> tuple[list[str], list[float], list[str]]:
         # CRFsuite's Viterbi tags, P(PHI) and most likely PHI label of every word.
         tagger = pycrfsuite.Tagger()
-        tagger.open(str(SHIPPED / model))
+        tagger.open(str(physionet_crf() / model))
         phi = [x for x in tagger.labels() if x != "O"]
         values = feats.select(columns).rows()
         tags, p_phi, best = [], [], []
@@ -343,24 +345,100 @@ def test_training_options_are_checked(physionet, tmp_path):
 def test_model_folders_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="not a CRF model folder"):
         CrfRecognizer(tmp_path)
-    shutil.copytree(SHIPPED, tmp_path / "old")
+    shutil.copytree(physionet_crf(), tmp_path / "old")
     info = json.loads((tmp_path / "old" / "phisieve.json").read_text())
     (tmp_path / "old" / "phisieve.json").write_text(json.dumps({**info, "format": "x"}))
     with pytest.raises(ConfigError, match="format 'x'"):
         CrfRecognizer(tmp_path / "old")
     with pytest.raises(ConfigError, match="crf recognizer once"):
-        detect(pa.table({"doc_id": ["a"], "text": ["x"]}), ["crf", f"crf:{SHIPPED}"])
+        detect(pa.table({"doc_id": ["a"], "text": ["x"]}), ["crf", f"crf:{physionet_crf()}"])
 
 
 def test_cross_validation_never_uses_a_trained_crf(physionet):
     documents, gold = physionet
     with pytest.raises(ConfigError, match="may have seen the held-out"):
-        cross_validate(documents, gold, ["rules", f"crf:{SHIPPED}"], k=2)
+        cross_validate(documents, gold, ["rules", f"crf:{physionet_crf()}"], k=2)
 
 
-def test_default_detection_runs_the_shipped_crf():
+def test_default_detection_runs_the_physionet_crf():
     assert DEFAULT_RECOGNIZERS == ("rules", "lists", "crf")
     text = "Seen 7/22/97 by Dr. Quaxley Mesite; e-mail jo@example.org."
     found = detect(pa.table({"doc_id": ["a"], "text": [text]}))
     spans = found.column("spans").to_pylist()[0]
     assert {text[s["start"] : s["end"]] for s in spans} >= {"7/22/97", "Mesite", "jo@example.org"}
+
+
+def test_the_physionet_crf_comes_from_its_own_distribution():
+    import phisieve_models_physionet
+
+    folder = physionet_crf()
+    assert folder == phisieve_models_physionet.crf_path()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "crf.crfsuite",
+        "finder.crfsuite",
+        "phisieve.json",
+    ]
+    package = Path(crf_module.__file__).resolve().parents[2]  # phisieve's own folder
+    assert package.name == "phisieve" and package not in folder.resolve().parents
+    assert CrfRecognizer().folder == folder  # the bare `crf` loads it
+    assert MODELS == "phisieve-models-physionet"
+
+
+NOTE = "Seen 7/22/97 by Dr. Quaxley Mesite at Ombrell Hospital."
+
+
+def test_crf_without_its_distribution_says_how_to_install_it(monkeypatch, tmp_path, capsys):
+    from phisieve.cli import main
+    from phisieve.detect.run import DetectStage
+    from phisieve.io.sources import write_dataset
+
+    own = tmp_path / "own"
+    shutil.copytree(physionet_crf(), own)
+    write_dataset(pa.table({"doc_id": ["a"], "text": [NOTE]}), tmp_path / "docs")
+    # As when phisieve-models-physionet is not installed: its package cannot be imported.
+    monkeypatch.setitem(sys.modules, "phisieve_models_physionet", None)
+    notes = pa.table({"doc_id": ["a"], "text": [NOTE]})
+    calls = (
+        lambda: detect(notes),  # the default recognizers
+        lambda: detect(notes, ["rules", "crf"]),
+        lambda: CrfRecognizer(),
+        lambda: DetectStage(recognizers="rules,lists,crf"),
+    )
+    for call in calls:
+        with pytest.raises(MissingModelError) as raised:
+            call()
+        message = str(raised.value)
+        assert "the recognizer `crf` needs the model distribution" in message
+        assert "pip install phisieve-models-physionet" in message and "make build" in message
+        assert "--recognizers rules,lists" in message
+        assert not any(w in message for w in ("7/22/97", "Quaxley", "Mesite", "Ombrell"))
+        assert isinstance(raised.value, MissingDependencyError)  # a PhisieveError, an ImportError
+        assert isinstance(raised.value, PhisieveError) and isinstance(raised.value, ImportError)
+        assert raised.value.distribution == MODELS
+    # Without the bare `crf`, nothing is missing: rules and lists, or a CRF of one's own.
+    assert detect(notes, ["rules", "lists"]).num_rows == 1
+    found = detect(notes, ["rules", "lists", f"crf:{own}"]).column("spans").to_pylist()[0]
+    assert any("crf:" in s["source"] for s in found)
+    # The command stops before writing anything, on one line that names the distribution.
+    with pytest.raises(SystemExit) as exited:
+        main(["detect", str(tmp_path / "docs"), "--out", str(tmp_path / "spans")])
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pip install phisieve-models-physionet" in err and "Quaxley" not in err
+    assert not (tmp_path / "spans").exists()
+    main(["detect", str(tmp_path / "docs"), "--out", str(tmp_path / "spans"),
+          "--recognizers", "rules,lists", "-q"])  # fmt: skip
+    assert (tmp_path / "spans").is_dir()
+
+
+def test_a_broken_model_distribution_is_not_reported_as_missing(monkeypatch, tmp_path):
+    # Installed, but it imports something that is not: that error is not "pip install me".
+    fake = tmp_path / "phisieve_models_physionet"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import phisieve_no_such_module\n")
+    monkeypatch.delitem(sys.modules, "phisieve_models_physionet", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as raised:
+        physionet_crf()
+    assert not isinstance(raised.value, MissingModelError)
+    assert raised.value.name == "phisieve_no_such_module"

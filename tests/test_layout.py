@@ -1,5 +1,6 @@
 """The package's layout holds: sub-packages by concern, in layers that import only downwards,
-no module importing the package root, no import cycle (Python or the Rust core)."""
+no module importing the package root, no import cycle (Python or the Rust core); the
+PhysioNet-trained weights (GPL-2.0) live in their own distribution, never in the package."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "python" / "phisieve"
 RUST = ROOT / "rust" / "core" / "src"
+MODELS = ROOT / "models" / "physionet"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_core", "_lazy", "errors"),
@@ -205,3 +208,52 @@ def test_the_package_root_offers_its_entry_points() -> None:
 
     assert callable(phisieve.index) and callable(phisieve.synth) and callable(phisieve.ingest)
     assert "run_pipeline" in dir(phisieve)
+
+
+GPL_TEXT = (b"GNU GENERAL PUBLIC LICENSE", b"Everyone is permitted to copy and distribute verbatim")
+"""Lines of the GNU GPL's text (every version)."""
+
+
+def test_the_package_holds_no_model_weights_and_no_gpl_text() -> None:
+    # `pip install phisieve` is Apache-2.0 only: the weights trained on the PhysioNet notes
+    # (GPL-2.0) are phisieve-models-physionet's. Every file the wheel takes from here, the
+    # compiled extension included, is read.
+    found = []
+    for f in sorted(p for p in PACKAGE.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        if f.suffix == ".crfsuite" or data.startswith(b"lCRF"):  # CRFsuite's magic
+            found.append(f"{f.relative_to(ROOT)}: a CRFsuite model")
+        if f.name.upper().startswith(("LICENSE", "LICENCE", "COPYING")):
+            found.append(f"{f.relative_to(ROOT)}: a licence file")
+        if any(line in data for line in GPL_TEXT):
+            found.append(f"{f.relative_to(ROOT)}: GPL text")
+    assert not found, found
+    assert (PACKAGE / "errors.py").is_file()  # the scan did read the package
+
+
+def test_the_weights_are_a_gpl_distribution_of_their_own() -> None:
+    from phisieve.detect.recognizers import crf
+
+    project = tomllib.loads((MODELS / "pyproject.toml").read_text(encoding="utf-8"))
+    meta = project["project"]
+    assert meta["name"] == crf.MODELS == "phisieve-models-physionet"
+    assert meta["license"] == "GPL-2.0-only" and meta["license-files"] == ["LICENSE"]
+    words = (MODELS / "LICENSE").read_text(encoding="utf-8").split()
+    assert words[:7] == ["GNU", "GENERAL", "PUBLIC", "LICENSE", "Version", "2,", "June"]
+    # Its package data is the model folder, which `make crf-model` writes.
+    package = MODELS / "src" / crf.MODELS_PACKAGE
+    data = project["tool"]["setuptools"]["package-data"][crf.MODELS_PACKAGE]
+    assert sorted(data) == sorted(f"crf/{f.name}" for f in (package / "crf").iterdir())
+    make = dict(
+        re.findall(r"^(\w+) := (.*)$", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
+    )
+    assert make["MODELS"] == "models/physionet"
+    assert make["CRF_MODEL"].replace("$(MODELS)", make["MODELS"]) == str(
+        (package / "crf").relative_to(ROOT)
+    )
+    # phisieve names it in no dependency list, extras included.
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = root["optional-dependencies"].values()
+    wanted = [*root["dependencies"], *(d for extra in extras for d in extra)]
+    assert not [d for d in wanted if d.startswith(meta["name"])]
+    assert root["license"] == {"text": "Apache-2.0"}

@@ -26,6 +26,7 @@ _EXPORTS = {
     "InputError": ".errors",
     "MemoryBudgetExceeded": ".errors",
     "MissingDependencyError": ".errors",
+    "MissingModelError": ".errors",
     "NotGroupedError": ".errors",
     "OutputExistsError": ".errors",
     "PhisieveError": ".errors",

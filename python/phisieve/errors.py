@@ -59,6 +59,30 @@ class MissingDependencyError(PhisieveError, ImportError):
         )
 
 
+class MissingModelError(MissingDependencyError):
+    """A model that is distributed apart from phisieve (under its own licence) is needed but
+    not installed.
+
+    Parameters
+    ----------
+    distribution
+        The distribution that holds the model (what ``pip install`` takes).
+    needed_by
+        What needs it, e.g. "the recognizer `crf`".
+    instead
+        How to go on without it, e.g. "--recognizers rules,lists".
+    """
+
+    def __init__(self, distribution: str, needed_by: str, instead: str) -> None:
+        self.distribution = distribution
+        # MissingDependencyError's message names a phisieve extra; this one a distribution.
+        super(MissingDependencyError, self).__init__(
+            f"{needed_by} needs the model distribution {distribution!r}, which is not "
+            f"installed: pip install {distribution} (in phisieve's repository, `make build` "
+            f"installs it), or go on without it: {instead}",
+        )
+
+
 class ConfigError(PhisieveError, ValueError):
     """An option is out of range or inconsistent (bad ``k``, unknown normalisation, ...)."""
 

@@ -23,11 +23,12 @@ places and numbers in the same contexts, so it learns where PHI goes rather than
 these patients have. The tagger learns from the notes as given (trained on the copies too,
 it loses a point of recall under cross-validation: ``benches/RESULTS.md``).
 
-The shipped model (:data:`~phisieve.detect.recognizers.crf.SHIPPED`) was made with
-``make crf-model``::
+The bare ``crf`` recognizer's model (:func:`~phisieve.detect.recognizers.crf.physionet_crf`,
+the distribution ``phisieve-models-physionet``, ``models/physionet/`` in the repository) was
+made with ``make crf-model``::
 
     phisieve detect-train-crf ../shared/data/physionet-deid \
-        --out python/phisieve/detect/models/crf-physionet
+        --out models/physionet/src/phisieve_models_physionet/crf --overwrite
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ notes are detected as a corpus of their own and scored:
 
 * the deny list grown from the training folds' gold (:func:`phisieve.detect.learnt.
   learn_deny_list`), when ``learn_deny`` is on and ``lists`` runs;
-* the CRF (recognizer ``crf`` with no path, which otherwise loads the shipped model trained
-  on these very notes): trained on the training folds (:func:`phisieve.detect.crf_train.
-  train_crf`);
+* the CRF (recognizer ``crf`` with no path, which otherwise loads the model of
+  ``phisieve-models-physionet``, trained on these very notes): trained on the training folds
+  (:func:`phisieve.detect.crf_train.train_crf`), so cross-validation needs no model
+  distribution;
 * the token-classification model (recognizer ``model`` with no path): trained from ``base``
   on the training folds (:func:`phisieve.detect.train.train_recognizer`).
 

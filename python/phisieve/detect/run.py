@@ -13,9 +13,12 @@ Recognizers (combinable):
 * ``stanza``: Stanza's NER over downloaded models
   (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`);
 * ``crf`` (``crf:DIR``): a CRF over words (:class:`~phisieve.detect.recognizers.crf.
-  CrfRecognizer`; by default the one trained on the PhysioNet deid notes that ships with
-  phisieve, or one from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
-  ``rules``/``lists`` spans it finds very unlikely;
+  CrfRecognizer`; by default the one trained on the PhysioNet deid notes, from the
+  distribution ``phisieve-models-physionet``, GPL-2.0, installed apart from phisieve; or one
+  from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
+  ``rules``/``lists`` spans it finds very unlikely. The default recognizers include it:
+  without that distribution, :func:`detect` raises :class:`~phisieve.errors.
+  MissingModelError` before reading any note, naming it and ``rules,lists``;
 * ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
   (:class:`~phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows,
   batched, on CUDA when available.
@@ -55,7 +58,7 @@ from ..text.words import normalize_word, tokenize
 from .recognizers import SPAN_ROWS, dictionaries
 from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
 
-__all__ = ["detect", "evaluate", "merge_spans", "read_word_list"]
+__all__ = ["detect", "evaluate", "merge_spans", "read_word_list", "require_models"]
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -331,6 +334,21 @@ SPANS_TABLE = pa.schema([pa.field("doc_id", pa.string()), pa.field("spans", SPAN
 """The ``spans`` table: a document's id and its direct-identifier spans."""
 
 
+def require_models(recognizers: Iterable[str]) -> None:
+    """Check that the models the ``recognizers`` load from other distributions are
+    installed, before any note is read: a bare ``crf`` needs ``phisieve-models-physionet``.
+
+    Raises
+    ------
+    phisieve.errors.MissingModelError
+        When one is missing; the message says how to install it, or to detect without it.
+    """
+    if "crf" in recognizers:
+        from .recognizers.crf import physionet_crf
+
+        physionet_crf()
+
+
 def detector(
     src: BatchSource,
     recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
@@ -450,6 +468,7 @@ def detect(
     """
     recognizers = list(recognizers)
     check_recognizers(recognizers, min_score)
+    require_models(recognizers)
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
     learns = ("lists" in recognizers and dictionaries_enabled) or any(

@@ -57,10 +57,13 @@ __all__ = [
 RECOGNIZERS = ("rules", "lists", "crf", "presidio", "stanza", "model")
 """Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
 ``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
-``torch`` extra; ``crf`` is the shipped CRF, ``crf:DIR`` one from ``detect-train-crf``."""
+``torch`` extra; ``crf`` is the CRF trained on the PhysioNet deid notes (the distribution
+``phisieve-models-physionet``), ``crf:DIR`` one from ``detect-train-crf``."""
 
 DEFAULT_RECOGNIZERS = ("rules", "lists", "crf")
-"""What ``phisieve detect`` runs unless told otherwise."""
+"""What ``phisieve detect`` runs unless told otherwise. ``crf`` needs the distribution
+``phisieve-models-physionet`` (:func:`phisieve.detect.run.require_models`); ``rules,lists``
+needs nothing more than phisieve."""
 
 
 def _kind(name: str) -> str:
@@ -110,9 +113,10 @@ def stanza_options(stanza_model: str | None) -> dict[str, Any]:
 
 
 RECOGNIZERS_HELP = (
-    "Comma-separated recognizers: rules, lists, crf (the shipped CRF) or crf:DIR (from "
-    "detect-train-crf), presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, "
-    "a bare `crf` or `model` is trained per fold."
+    "Comma-separated recognizers: rules, lists, crf (the CRF trained on the PhysioNet deid "
+    "notes; needs pip install phisieve-models-physionet) or crf:DIR (from detect-train-crf), "
+    "presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, a bare `crf` or "
+    "`model` is trained per fold."
 )
 STANZA_HELP = (
     "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
@@ -142,7 +146,13 @@ class DetectStage(Stage):
     """
 
     name = "detect"
-    help = "Find direct identifiers; write the `spans` dataset (doc_id, spans)."
+    help = (
+        "Find direct identifiers; write the `spans` dataset (doc_id, spans). The default "
+        "recognizers, rules,lists,crf, need the CRF weights trained on the PhysioNet deid notes, "
+        "a separate GPL-2.0 distribution: pip install phisieve-models-physionet (make build in "
+        "phisieve's repository). Without it, detect stops before reading a note and says so; "
+        "--recognizers rules,lists runs without it."
+    )
     Options = DetectOptions
     inputs = (
         Input("docs", "The documents dataset.", positional=True, columns=("doc_id", "text")),
@@ -155,9 +165,9 @@ class DetectStage(Stage):
     columns = ("doc_id", "text")
 
     def check(self) -> None:
-        check_recognizers(
-            parse_recognizers(self.options.recognizers), parse_thresholds(self.options.min_score)
-        )
+        names = parse_recognizers(self.options.recognizers)
+        check_recognizers(names, parse_thresholds(self.options.min_score))
+        run.require_models(names)
 
     def recorded(self) -> dict[str, Any]:
         return {

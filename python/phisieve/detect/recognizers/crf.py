@@ -17,13 +17,20 @@ Two uses of its per-word probabilities:
   CRF gives every word it covers a PHI probability below ``verify`` (:data:`VERIFY`):
   single-source false alarms, where the precision of the hand-written recognizers goes.
 
-A model trained on the PhysioNet deid notes ships with phisieve (:data:`SHIPPED`, ~340 kB),
-reproducible with ``phisieve detect-train-crf ../shared/data/physionet-deid --out DIR``
+The bare ``crf`` recognizer runs the model trained on the PhysioNet deid notes
+(:func:`physionet_crf`, 409 kB). It is distributed apart from phisieve, in
+``phisieve-models-physionet`` (:data:`MODELS`; ``models/physionet/`` in the repository,
+which ``make build`` installs): the notes are GPL-2.0, and so are weights learnt from them,
+while phisieve is Apache-2.0. Without it, ``crf`` raises
+:class:`~phisieve.errors.MissingModelError`, which says how to install it or to run
+``rules,lists``. ``make crf-model`` makes it again with
+``phisieve detect-train-crf ../shared/data/physionet-deid --out DIR``
 (:func:`phisieve.detect.crf_train.train_crf`); CRFsuite's L-BFGS training is deterministic.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,17 +40,18 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ...errors import ConfigError
+from ...errors import ConfigError, MissingModelError
 from ..labels import category
 from . import SPAN_ROWS
 
 __all__ = [
     "FORMAT",
-    "SHIPPED",
+    "MODELS",
     "VERIFY",
     "CrfRecognizer",
     "crf_features",
     "feature_columns",
+    "physionet_crf",
     "token_table",
 ]
 
@@ -51,8 +59,19 @@ FORMAT = "phisieve-crf-2"
 """The version of the feature set a model was trained with; a model of another format is
 refused (its features would not match)."""
 
-SHIPPED = Path(__file__).resolve().parent.parent / "models" / "crf-physionet"
-"""The CRF trained on the PhysioNet deid notes that ships with phisieve."""
+MODELS = "phisieve-models-physionet"
+"""The distribution of the CRF trained on the PhysioNet deid notes (GPL-2.0, installed apart
+from phisieve): the bare ``crf`` recognizer's model (:func:`physionet_crf`)."""
+
+MODELS_PACKAGE = "phisieve_models_physionet"
+"""The import package of :data:`MODELS`; its ``crf_path()`` gives the model folder."""
+
+WITHOUT_MODELS = (
+    "--recognizers rules,lists (recognizers=['rules', 'lists'] in Python), or crf:DIR with a "
+    "CRF of your own from detect-train-crf"
+)
+"""How to detect without :data:`MODELS` (the hint of :class:`~phisieve.errors.
+MissingModelError`)."""
 
 VERIFY = 0.005
 """A ``rules``/``lists`` span is kept when the CRF gives at least one of its words this PHI
@@ -69,6 +88,30 @@ of its feature strings (~35 per word)."""
 MODEL_FILE = "crf.crfsuite"
 FINDER_FILE = "finder.crfsuite"
 INFO_FILE = "phisieve.json"
+
+
+def physionet_crf() -> Path:
+    """The folder of the CRF trained on the PhysioNet deid notes: the bare ``crf``
+    recognizer's model, from the installed distribution :data:`MODELS`.
+
+    Returns
+    -------
+    pathlib.Path
+        The model folder (``crf.crfsuite``, ``finder.crfsuite``, ``phisieve.json``).
+
+    Raises
+    ------
+    phisieve.errors.MissingModelError
+        When :data:`MODELS` is not installed; the message says how to install it, or to
+        detect without it (:data:`WITHOUT_MODELS`).
+    """
+    try:
+        models = importlib.import_module(MODELS_PACKAGE)
+    except ModuleNotFoundError as e:
+        if e.name != MODELS_PACKAGE:
+            raise  # installed, but something it imports is missing: not ours to explain
+        raise MissingModelError(MODELS, "the recognizer `crf`", WITHOUT_MODELS) from None
+    return Path(models.crf_path())
 
 
 def _char_class(cp: np.ndarray) -> np.ndarray:
@@ -318,7 +361,7 @@ class Tagged:
 
 
 class CrfRecognizer:
-    """A trained CRF (a folder from ``detect-train-crf``; default :data:`SHIPPED`).
+    """A trained CRF (a folder from ``detect-train-crf``; default :func:`physionet_crf`).
 
     Two CRFs over the same words: the *tagger* sees the other recognizers' spans (it tags and
     vets), the *finder* only the words (it tags what the rules and lists miss, and does not
@@ -327,7 +370,9 @@ class CrfRecognizer:
     Parameters
     ----------
     folder
-        The model folder (``crf.crfsuite``, ``finder.crfsuite`` and ``phisieve.json``).
+        The model folder (``crf.crfsuite``, ``finder.crfsuite`` and ``phisieve.json``);
+        ``None``: the one trained on the PhysioNet deid notes (:func:`physionet_crf`, which
+        raises :class:`~phisieve.errors.MissingModelError` when it is not installed).
     verify
         The PHI probability (the tagger's) at least one word of a ``rules``/``lists`` span
         needs for the span to be kept (0 keeps every span).
@@ -339,7 +384,7 @@ class CrfRecognizer:
     def __init__(
         self, folder: str | Path | None = None, verify: float = VERIFY, find: float = FIND
     ) -> None:
-        self.folder = Path(folder) if folder is not None else SHIPPED
+        self.folder = Path(folder) if folder is not None else physionet_crf()
         self.info = read_info(self.folder)
         for name, value in (("verify", verify), ("find", find)):
             if not 0.0 <= value <= 1.0:
