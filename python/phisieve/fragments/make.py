@@ -37,31 +37,6 @@ class Made:
     report: dict[str, Any]
 
 
-def _span_words(piece: Any, spans: DocSpans, normalize: str) -> set[str]:
-    """The normalised words inside the spans of ``piece``'s documents."""
-    src = open_source(piece)
-    return set(collect_span_words(src, spans, "doc_id", "text", normalize).in_span)
-
-
-def _patients(piece: Any, normalize: str) -> dict[str, int]:
-    """Patients per word in ``piece`` (whose patients no other piece has); a null note has
-    no word, as for the chunkers."""
-    words = CorpusStats.of(piece, normalize=normalize).words
-    return dict(words.select("w", "patients").iter_rows())
-
-
-def _gold(table: pa.Table | None) -> dict[str, list[tuple[int, int, str]]] | None:
-    if table is None:
-        return None
-    out: dict[str, list[tuple[int, int, str]]] = {}
-    for doc, spans in zip(
-        table.column("doc_id").to_pylist(), table.column("spans").to_pylist(), strict=True
-    ):
-        if doc is not None and spans:
-            out.setdefault(str(doc), []).extend((s["start"], s["end"], s["label"]) for s in spans)
-    return out
-
-
 def examples(ctx: Context, o: Any) -> Made:
     """The examples of the ``docs`` input of ``ctx`` under the stage's options ``o``
     (:class:`~phisieve.fragments.stage.FragmentOptions`), and the report."""
