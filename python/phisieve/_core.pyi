@@ -1,4 +1,8 @@
-"""Type stubs of phisieve's Rust extension (kept by hand; see rust/py/src/lib.rs)."""
+"""Type stubs of phisieve's Rust extension (rust/py/src, one file per concept).
+
+Kept by hand for its types; tests/test_stub.py checks every name and every parameter list
+(names, order, kinds, defaults) against the compiled module's ``__text_signature__``s.
+"""
 
 from typing import Any
 
