@@ -1,4 +1,8 @@
-"""Type stubs of phisieve's Rust extension (kept by hand; see rust/py/src/lib.rs)."""
+"""Type stubs of phisieve's Rust extension (rust/py/src, one file per concept).
+
+Kept by hand for its types; tests/test_stub.py checks every name and every parameter list
+(names, order, kinds, defaults) against the compiled module's ``__text_signature__``s.
+"""
 
 from typing import Any
 
@@ -124,11 +128,12 @@ class CrfTagger:
     @property
     def labels(self) -> list[str]:
         """The labels, in the order of label numbers and marginals."""
-    def tag(self, attrs: Any, per_position: Any, per_sequence: Any) -> tuple[pa.Array, pa.Array]:
+    def tag(self, columns: list[Any], per_sequence: Any) -> tuple[pa.Array, pa.Array]:
         """Label numbers of the best labelling (uint32, one per position) and the label
-        marginals (float64, positions x labels, row-major) of sequences whose positions'
-        attribute strings ``attrs`` holds back to back (``per_position``, ``per_sequence``:
-        int64 counts)."""
+        marginals (float64, positions x labels, row-major) of sequences laid back to back:
+        position ``t``'s attributes are the values at row ``t`` of ``columns`` (string arrays
+        of one length; a null is no attribute), ``per_sequence`` (int64) how many positions
+        each sequence has."""
 
 class Packer:
     """Packs documents into model sequences for ``encode`` (``phisieve_core::pack``)."""
