@@ -17,7 +17,7 @@ from phisieve.detect.train import read_annotated, token_labels, train_recognizer
 from phisieve.errors import ConfigError, OutputExistsError
 from phisieve.io.sources import write_dataset
 from phisieve.phi.placeholders import KINDS
-from tests.test_detect_cv import annotated, write_physionet
+from tests.detect.test_detect_cv import annotated, write_physionet
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

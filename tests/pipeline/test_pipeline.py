@@ -26,7 +26,7 @@ from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stats import Stats
 from phisieve.term_index.stage import IndexStage
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pipeline.toml"
 
 SMALL = """

@@ -22,7 +22,7 @@ from phisieve.io.dataset import read_manifest, read_rejected
 from phisieve.io.readers import FORMATS, NOT_UTF8, REASONS, Rejection, mimic, read_documents
 from phisieve.io.schema import DOCUMENTS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "SECRET"  # put in every note that must never reach an error message or rejection
 
 

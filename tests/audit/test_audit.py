@@ -335,7 +335,7 @@ def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm):
 
 
 def test_audit_cli_and_compare_open_in_chromium(bert_setup, minilm, tmp_path, capsys):
-    from tests.test_audit_report import browser_check
+    from tests.audit.test_audit_report import browser_check
 
     b = bert_setup
     for name, model in (("mlm", b.model), ("init", b.ref)):

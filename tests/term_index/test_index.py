@@ -22,7 +22,7 @@ from phisieve.io.schema import SPANS, TERMS
 from phisieve.io.sources import parquet_files
 from phisieve.term_index import build as term_index
 
-from . import reference
+from tests import reference
 
 # Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
 # Three characters changed case properties after Python 3.11's Unicode 14.0, so Σ beside

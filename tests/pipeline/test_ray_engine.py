@@ -18,7 +18,7 @@ from phisieve.errors import ConfigError
 from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.execute import make_engine, run_pipeline
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pipeline.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 SETTINGS = [
     "synth.patients=30", "canaries.n=10", "train_ppmlm.max-steps=4",
     "train_reference.max-steps=4", "audit.n-boot=20", "audit.canary-samples=20",
