@@ -21,7 +21,6 @@ from phisieve.io.dataset import side_file
 from phisieve.io.schema import SPANS, TERMS
 from phisieve.io.sources import parquet_files
 from phisieve.term_index import build as term_index
-
 from tests import reference
 
 # Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
