@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from ..errors import ConfigError
 from .options import Param, coerce, params
