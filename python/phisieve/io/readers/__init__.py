@@ -23,7 +23,9 @@ Hostile input is met as follows.
 * A ``mimic`` patient column named ``SUBJECT_ID`` must hold integers; other values reject their
   row. NUL characters in an id or the text reject the row in every format.
 * Damaged CSV quoting (a quote left open, or one that breaks RFC 4180) is damage, never read
-  as text: see :mod:`phisieve.io.readers.mimic` and :mod:`phisieve.io.readers.csv_repair`.
+  as text, in every CSV layout (four columns ``ROW_ID,SUBJECT_ID,HADM_ID,TEXT``, the full
+  NOTEEVENTS header or any other): see :mod:`phisieve.io.readers.mimic` and
+  :mod:`phisieve.io.readers.csv_repair`.
 * Bytes are decoded with ``encoding`` (UTF-8 by default, any plain ASCII-compatible Python
   charset; codecs that rewrite text, such as idna or utf-7, are refused);
   a value that does not decode rejects its row (under UTF-8 the reason names ``--encoding``).

@@ -4,32 +4,37 @@ A file is read in blocks by pyarrow's streaming CSV reader, as bytes; rows are n
 their data record (the header and blank lines are not records). A row of the wrong column
 count is rejected (``wrong column count``).
 
-Damaged quoting. pyarrow's CSV parser is lenient, so in a file whose records start with
-integer ids (five columns or more, the first two or three of them the document, patient and
-group ids, as MIMIC's ``ROW_ID,SUBJECT_ID,HADM_ID,...``) the bytes go through
-:class:`~.csv_repair._QuoteRepair` first. A well-formed file is read exactly as written,
-whatever its notes hold. A record that breaks RFC 4180 is damage, never read as text: a
-quoted field left open over the records after it (``unclosed quote``), a closing quote
-followed by anything but a delimiter or a line end, a quote inside a quoted field that is
-not doubled, or what is left of a quoted field that lost its opening quote (``malformed
-quoting``), or lines after a record that neither start like one nor are a record of the
-file's column count (a record cut by a stray line break: ``wrong column count``). The
+Damaged quoting. pyarrow's CSV parser is lenient, so the bytes of every file, whatever its
+layout, go through :class:`~.csv_repair._QuoteRepair` first. A well-formed file is read
+exactly as written, whatever its notes hold. A record that breaks RFC 4180 is damage, never
+read as text: a quoted field left open over the records after it (``unclosed quote``), a
+closing quote followed by anything but a delimiter or a line end, a quote inside a quoted
+field that is not doubled, or what is left of a quoted field that lost its opening quote
+(``malformed quoting``), or lines after a record that neither start one nor are a record of
+the file's column count (a record cut by a stray line break: ``wrong column count``). The
 damaged record is rejected with every record after it up to the first record start that
 every reading of the damage agrees on, so no text is given to a patient it may not belong
 to and no note is read cut short; records after that are read as usual. Lines before the
-file's first record start belong to that record. Files of other layouts are read as
-pyarrow reads them (nothing there tells where a record starts).
+file's first record start belong to that record.
+
+Where a record starts. Where the file's first columns are MIMIC's integer ids (``ROW_ID``,
+``SUBJECT_ID``, ``HADM_ID``, as many of them as lead the header, not ``HADM_ID`` alone: the
+four columns ``ROW_ID,SUBJECT_ID,HADM_ID,TEXT`` as the full NOTEEVENTS header), a record
+starts with them, or with them and a stray delimiter or quote or two among them, or with a
+line that a stray line break cut inside them. Any other layout (TEXT first, string ids) has
+no such start: there a record starts where a well-formed record of the column count does.
 
 Records in. Every record of the file is accepted or rejected once: rows in (``rows_in`` in
 the ingest manifest) = accepted + rejected. Where the file is well formed, the records are
 those an RFC 4180 reader counts. A damaged stretch counts the records it held before the
-damage: each line in it that starts like a record (its integer ids) and begins a record of
-one reading of the damage (see :class:`~.csv_repair._QuoteRepair`); lines that do not start
-like a record (fragments of a record cut by the damage) are never records of their own. This
-is exact unless the damaged notes themselves hold lines that start like a record, or the
-damage broke or made a record's first line (a line break or quote inside its ids, or a
-fragment that happens to be a well-formed record of the column count), which no reader can
-tell from a record cut in two or two records merged.
+damage: each line in it that starts a record of one reading of the damage (see
+:class:`~.csv_repair._QuoteRepair`); lines that do not (fragments of a record cut by the
+damage) are never records of their own, and a record whose first line a line break cut
+inside its ids is one record. With integer ids this is exact unless the damaged notes
+themselves hold lines that start like a record, or a fragment happens to be a well-formed
+record of the column count, which no reader can tell from a record cut in two. Without
+them, a record damaged on its first line cannot be told from a fragment of the record
+before it, and the two are counted as one.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from .common import (
     _Progress,
     _tell,
 )
-from .csv_repair import _MARK_PREFIX, _MARKS, _MIN_COLUMNS, _QuoteCheck, _QuoteRepair
+from .csv_repair import _MARK_PREFIX, _MARKS, _QuoteCheck, _QuoteRepair
 from .rows import _finish, _Raw
 from .sniff import (
     _check_duplicates,
@@ -78,6 +83,8 @@ from .sniff import (
 
 _MIMIC_COLUMNS = {"doc": "ROW_ID", "patient": "SUBJECT_ID", "group": "HADM_ID", "text": "TEXT"}
 _MIMIC_EXTRAS = ("CHARTDATE", "CATEGORY", "DESCRIPTION")
+# MIMIC's integer ids, by role: a file whose first columns are these starts each record with them
+_INTEGER_IDS = {"doc": "row_id", "patient": "subject_id", "group": "hadm_id"}
 _CSV_BLOCK_BYTES = 1 << 22
 
 
@@ -206,13 +213,9 @@ def _mimic_chunks(
     progress.current = _tell(raw)
     try:
         data = pa.CompressedInputStream(raw, "gzip") if _is_gzip(layout.path) else raw
-        repair = (
-            None
-            if check is None
-            else _QuoteRepair(data, check, len(layout.header), layout.path, block)
-        )
+        repair = _QuoteRepair(data, check, len(layout.header), layout.path, block)
         batches = _arrow_errors(
-            lambda: _csv_reader(repair or data, layout.header, used, placer.handler, block),
+            lambda: _csv_reader(repair, layout.header, used, placer.handler, block),
             layout.path,
             "CSV",
             block,
@@ -282,24 +285,31 @@ def _csv_reader(
     )
 
 
-def _quote_check(layout: _CsvLayout) -> _QuoteCheck | None:
-    """The record-start pattern of a file whose first columns (at least two, including the
-    patient's) are id columns, read as integers; None for any other layout."""
-    roles = {layout.cols[r]: r for r in ("doc", "patient", "group") if layout.cols[r] is not None}
-    lead = [roles[name] for name in itertools.takewhile(roles.__contains__, layout.header)]
-    if len(lead) < 2 or "patient" not in lead or len(layout.header) < _MIN_COLUMNS:
-        return None  # a line of a note could too easily look like such a record
-    fields = ['"?[0-9]{0,20}"?' if r == "group" else '"?[0-9]{1,20}"?' for r in lead]
-    return _QuoteCheck((",".join(fields) + ",").encode("ascii"))
+def _quote_check(layout: _CsvLayout) -> _QuoteCheck:
+    """How the file's records start: with its leading integer id columns (MIMIC's
+    ``ROW_ID``, ``SUBJECT_ID`` and ``HADM_ID`` as the document, patient and group ids; the
+    reader rejects a ``SUBJECT_ID`` that is not an integer), where its first columns are
+    such and not only the group's (which may be empty); else with none, and a record start
+    is a well-formed record of the column count."""
+    roles = {layout.cols[r]: r for r in _INTEGER_IDS if layout.cols[r] is not None}
+
+    def integer(name: str) -> bool:
+        role = roles.get(name)
+        return role is not None and name.casefold() == _INTEGER_IDS[role]
+
+    lead = [roles[name] for name in itertools.takewhile(integer, layout.header)]
+    if set(lead) <= {"group"}:
+        return _QuoteCheck([])
+    return _QuoteCheck([b'"?[0-9]{0,20}"?' if r == "group" else b'"?[0-9]{1,20}"?' for r in lead])
 
 
 def _mark_flags(
-    part: pa.RecordBatch, repair: _QuoteRepair | None
+    part: pa.RecordBatch, repair: _QuoteRepair
 ) -> list[tuple[np.ndarray, str, str | None]]:
     """Rows with a field holding the mark of a rejected record, rejected with its reason
     (only a file holding the mark itself can have one: :class:`_QuoteRepair` replaces
     rejected records whole)."""
-    if repair is None or not repair.repaired:
+    if not repair.repaired:
         return []
     flags = []
     for name, arr in zip(part.schema.names, part.columns, strict=True):
