@@ -286,6 +286,7 @@ def bert_setup(parts, physionet_terms, physionet_spans, minilm, tmp_path_factory
     return SimpleNamespace(root=root, enc=enc, model=root / "mlm", ref=root / "init")
 
 
+@pytest.mark.slow
 def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, minilm, tmp_path):
     b = bert_setup
     kw = dict(reference_model=b.ref, tokenizer=minilm, docs=parts / "members",
@@ -334,6 +335,7 @@ def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm):
         audit(b.model, b.enc["members"], b.enc["members"], tokenizer=minilm)
 
 
+@pytest.mark.slow
 def test_audit_cli_and_compare_open_in_chromium(bert_setup, minilm, tmp_path, capsys):
     from tests.audit.test_audit_report import browser_check
 
@@ -356,6 +358,7 @@ def test_audit_cli_and_compare_open_in_chromium(bert_setup, minilm, tmp_path, ca
     browser_check(tmp_path / "cmp" / "index.html", min_images=2)
 
 
+@pytest.mark.slow
 def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_tokenizer, tmp_path):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -382,6 +385,7 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
     assert d["identifiers"]["utility"]["perplexity_kind"] == "causal"
 
 
+@pytest.mark.slow
 def test_demo_ends_with_an_audit_report(tmp_path, capsys):
     main(["demo", "--out", str(tmp_path), "--patients", "30", "--steps", "10"])
     printed = capsys.readouterr().out

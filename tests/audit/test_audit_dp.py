@@ -168,6 +168,7 @@ def audit_of(w: Path, model: str) -> dict:
     return json.loads((w / f"report_{model}" / "audit.json").read_text())
 
 
+@pytest.mark.slow
 def test_one_run_bound_sees_memorised_canaries_and_stays_under_a_dp_models_epsilon(canary_run):
     w = canary_run
     phisieve("train", str(w / "enc_m"), "--model", str(w / "init"), "--objective", "mlm",

@@ -235,6 +235,7 @@ def test_encode_packs_one_fragments_example_per_sequence(tmp_path, synth_docs, m
     assert all(len(d) == 1 for d in enc.column("doc_ids").to_pylist())
 
 
+@pytest.mark.slow
 def test_filtered_physionet_fragments_hold_no_protected_word(
     tmp_path, physionet_docs, physionet_terms, physionet_spans
 ):

@@ -330,6 +330,7 @@ def run_killed(argv: list[object], kill_at: int, steps_file: Path, event: str = 
     return proc.returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", list(OUTPUTS))
 def test_a_killed_rerun_never_leaves_a_folder_the_next_stage_accepts_short(
     outputs: Path, stage: str, minilm: Path, tmp_path: Path

@@ -292,6 +292,7 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_a_pipeline_killed_in_encode_resumes_to_the_same_outputs(tmp_path) -> None:
     """The bar: the demo pipeline killed (SIGKILL) in the middle of `encode`, then run
     again, skips the stages that finished, redoes encode and what follows, and every output

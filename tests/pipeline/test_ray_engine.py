@@ -81,6 +81,7 @@ def _diff(a: dict, b: dict) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch, ray_local):
     """The bar: `examples/pipeline.toml` with the local engine and with Ray (2 CPUs, 1, 2
     and 4 workers) writes every stage's output with the same bytes, the same fingerprint
@@ -265,6 +266,7 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
     assert [g["rows"] for g in blocks] == [[]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["identifying", "patient", "corpus"])
 def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs, scope):
     """The index's reduce on Ray (pieces by patient, merged) writes the local index's bytes,
@@ -292,6 +294,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs,
     assert lm["execution"]["partitions"] > 1  # counted in passes under the budget
 
 
+@pytest.mark.slow
 def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, synth_docs):
     """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
     Ray's pieces give the local engine's examples, byte for byte."""
