@@ -212,6 +212,20 @@ class DetectStage(Stage):
 # detect-train
 
 
+ANNOTATED = Input(
+    "annotated",
+    "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
+    "or a spans dataset (with --docs).",
+    kind=PATH,
+    positional=True,
+)
+"""The annotated notes detect-train and detect-train-crf learn from."""
+ANNOTATED_DOCS = Input(
+    "docs", "The documents of a spans dataset given as ANNOTATED.", required=False
+)
+"""The documents of ANNOTATED when it is a spans dataset."""
+
+
 @dataclass(frozen=True)
 class DetectTrainOptions:
     """Options of ``phisieve detect-train``."""
@@ -256,15 +270,9 @@ class DetectTrainStage(Stage):
     )
     Options = DetectTrainOptions
     inputs = (
-        Input(
-            "annotated",
-            "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
-            "or a spans dataset (with --docs).",
-            kind=PATH,
-            positional=True,
-        ),
+        ANNOTATED,
         Input("base", "A local BERT-style model folder (fast tokenizer).", kind=PATH),
-        Input("docs", "The documents of a spans dataset given as ANNOTATED.", required=False),
+        ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
 
@@ -326,14 +334,8 @@ class DetectTrainCrfStage(Stage):
     )
     Options = CrfTrainOptions
     inputs = (
-        Input(
-            "annotated",
-            "PhysioNet deid folder, documents with a gold `spans` column (surrogate output), "
-            "or a spans dataset (with --docs).",
-            kind=PATH,
-            positional=True,
-        ),
-        Input("docs", "The documents of a spans dataset given as ANNOTATED.", required=False),
+        ANNOTATED,
+        ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
 
