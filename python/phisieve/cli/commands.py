@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from ..pipeline.options import params
 from ..pipeline.stage import Stage
-
-out_console = Console()
 
 Hook = Callable[[dict[str, Any]], bool]
 """Called with a command's arguments before the stage runs; True: it handled the command."""
@@ -84,6 +81,8 @@ def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.P
 
 def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """Build ``cls`` from command-line arguments, run it and print its summary."""
+    from rich.console import Console
+
     from ..pipeline.runner import run_stage
     from .render import render
 
@@ -93,6 +92,7 @@ def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[
     quiet = kwargs.pop("quiet")
     stage = cls(cls.Options(**kwargs), **extra)
     manifest = run_stage(stage, inputs, out, overwrite=overwrite, progress=not quiet)
+    out_console = Console()
     for line in render(stage.name, manifest, Path(out)):
         out_console.print(line, soft_wrap=True)
     return manifest
