@@ -73,7 +73,7 @@ class AuditStage(Stage):
             spans=path("spans"),
             tokenizer=path("tokenizer"),
             options=self.options,
-            progress=ctx.progress,
+            ctx=ctx,
         )
         run.render_files(data, target)
         ctx.stats.update(seconds=seconds, verdict=data["verdict"])

@@ -194,8 +194,8 @@ class DetectStage(Stage):
             presidio_model=o.presidio_model,
             stanza=stanza_options(o.stanza_model),
             workers=o.workers,
-            progress=ctx.progress,
             pieces=partial(ctx.pieces, "docs"),
+            ctx=ctx,
         )
 
     def map(self, batch: pa.RecordBatch, state: run.Detector, stats: Stats) -> pa.RecordBatch:
@@ -247,7 +247,7 @@ class DetectTrainOptions:
 
 
 def check_options(o: DetectTrainOptions) -> None:
-    """Refuse options :func:`~phisieve.detect.train.fit_recognizer` cannot train with
+    """Refuse options :func:`~phisieve.detect.train.train_recognizer` cannot train with
     (:class:`ConfigError`)."""
     for name, value in (("epochs", o.epochs), ("batch_size", o.batch_size)):
         if value < 1:
@@ -283,9 +283,7 @@ class DetectTrainStage(Stage):
         docs = ctx.values.get("docs")
         documents, gold = train.read_annotated(ctx.path("annotated"), docs)
         ctx.stats.update(
-            train.fit_recognizer(
-                documents, gold, ctx.path("base"), target, self.options, ctx.progress
-            )
+            train.train_recognizer(documents, gold, ctx.path("base"), target, self.options, ctx)
         )
 
 
@@ -344,9 +342,7 @@ class DetectTrainCrfStage(Stage):
 
     def build(self, ctx: Context, target: Path) -> None:
         documents, gold = train.read_annotated(ctx.path("annotated"), ctx.values.get("docs"))
-        ctx.stats.update(
-            crf_train.train_crf(documents, gold, target, self.options, progress=ctx.progress)
-        )
+        ctx.stats.update(crf_train.train_crf(documents, gold, target, self.options, ctx=ctx))
 
 
 # --------------------------------------------------------------------------------------------

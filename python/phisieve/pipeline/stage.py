@@ -26,7 +26,6 @@ and commits the output through the dataset contract (:mod:`phisieve.io.dataset`)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import InputError
 from .options import deciding, settings
 from .stats import Stats
+from .work import Work
 
 if TYPE_CHECKING:  # the declarations stay importable without pyarrow (an instant --help)
     import pyarrow as pa
@@ -108,8 +108,9 @@ class Output:
 
 
 @dataclass
-class Context:
-    """What the runner hands a stage: its opened inputs, progress bars and stats."""
+class Context(Work):
+    """What the runner hands a stage: its opened inputs, progress bars, stats and scratch
+    space beside the output (a :class:`~phisieve.pipeline.work.Work`)."""
 
     stage: Stage
     values: dict[str, Any]
@@ -124,6 +125,12 @@ class Context:
     engine: Any = None
     """Where the batch function and the reduce steps run
     (:class:`~phisieve.pipeline.engine.Engine`; the runner always gives one)."""
+
+    def scratch_root(self) -> Path:
+        """Scratch folders go beside the output, on the disk the user chose for it (hidden:
+        ``.phisieve-*``)."""
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        return self.out.parent
 
     def source(self, name: str) -> BatchSource:
         """The opened dataset input ``name``."""
@@ -173,14 +180,6 @@ class Context:
         engine = self.engine
         cols = list(columns) if columns is not None else None
         return engine.scan(self, name, fn, cols, by=by, label=label)
-
-    @contextmanager
-    def bar(self, label: str, total: int | None, unit: str = "") -> Iterator[Callable[[int], None]]:
-        """A progress bar (nothing when progress is off); yields ``advance(n)``."""
-        from .progress import progress_bar
-
-        with progress_bar(label, total=total, unit=unit, enabled=self.progress) as advance:
-            yield advance
 
     def scan(
         self, name: str, columns: Iterable[str] | None = None, label: str | None = None

@@ -120,7 +120,7 @@ class IndexStage(Stage):
                 memory_budget=o.memory_budget,
                 threads=o.threads,
                 batch_size=self.batch_rows,
-                progress=ctx.progress,
+                ctx=ctx.detached(),
                 spans=None if spans is None else spans.table(["doc_id", "spans"]),
                 direct_scope=o.direct_scope,
                 min_share=o.min_share,
