@@ -6,7 +6,10 @@ Read from the package's source (every module, functions nested in functions incl
   and none imports a progress-bar library or the pipeline's bar: algorithms take a
   :class:`~phisieve.pipeline.work.Work` (``ctx.bar``, ``ctx.stats``, ``ctx.scratch``);
 * only the runner (:mod:`phisieve.pipeline.runner`) opens the dataset contract's writers, and
-  only the pipeline makes temporary folders (a stage's scratch space is ``ctx.scratch``).
+  only the pipeline makes temporary folders (a stage's scratch space is ``ctx.scratch``);
+* every stage is one of three kinds (:class:`~phisieve.pipeline.stage.MapStage`,
+  :class:`~phisieve.pipeline.stage.RowsStage`, :class:`~phisieve.pipeline.stage.BuildStage`)
+  and overrides that kind's one method.
 
 Each rule is also run on a small module that breaks it, so that it is seen to fail.
 """
@@ -17,6 +20,9 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from phisieve.catalog import PATHS, STAGES
+from phisieve.pipeline.stage import BuildStage, MapStage, RowsStage
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "phisieve"
 
@@ -135,3 +141,18 @@ def test_the_rules_let_a_work_context_through() -> None:
     )
     tree = ast.parse(source)
     assert progress_breaches(tree) == [] and writer_breaches(tree) == []
+
+
+@pytest.mark.parametrize("name", sorted(PATHS))
+def test_every_stage_is_one_kind_overriding_its_one_method(name: str) -> None:
+    """A map stage overrides ``map`` (never ``batches``), a rows stage ``batches``, a build
+    stage ``build`` (and neither of the others)."""
+    cls = STAGES[name]
+    kinds = [k for k in (MapStage, RowsStage, BuildStage) if issubclass(cls, k)]
+    own = {m for k in cls.__mro__ if k.__module__ != "phisieve.pipeline.stage" for m in vars(k)}
+    if issubclass(cls, MapStage):
+        assert kinds == [MapStage, RowsStage] and "map" in own and "batches" not in own
+    elif issubclass(cls, RowsStage):
+        assert kinds == [RowsStage] and "batches" in own and "map" not in own
+    else:
+        assert kinds == [BuildStage] and "build" in own and not own & {"map", "batches"}

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import FILE, FOLDER, PATH, SOURCE, Context, Input, Output, Stage
+from ..pipeline.stage import (
+    FILE,
+    FOLDER,
+    PATH,
+    SOURCE,
+    BuildStage,
+    Context,
+    Input,
+    MapStage,
+    Output,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -137,7 +147,7 @@ class DetectOptions:
     workers: int = option(1, "spaCy processes for presidio.", decides=False)
 
 
-class DetectStage(Stage):
+class DetectStage(MapStage):
     """``phisieve detect``: direct-identifier spans of every document.
 
     Reduce: the recognizers loaded and, for ``lists``, the dictionaries' statistics of the
@@ -258,7 +268,7 @@ def check_options(o: DetectTrainOptions) -> None:
         raise ConfigError(f"augment must be >= 0, not {o.augment}")
 
 
-class DetectTrainStage(Stage):
+class DetectTrainStage(BuildStage):
     """``phisieve detect-train``: a BIO token-classification recognizer fine-tuned on
     annotated notes (:func:`phisieve.detect.train.train_recognizer`); its output folder is a
     model, for ``detect --recognizers rules,lists,model:OUT``."""
@@ -320,7 +330,7 @@ def check_crf_options(o: CrfTrainOptions) -> None:
         raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
 
 
-class DetectTrainCrfStage(Stage):
+class DetectTrainCrfStage(BuildStage):
     """``phisieve detect-train-crf``: the ``crf`` recognizer trained on annotated notes
     (:func:`phisieve.detect.crf_train.train_crf`); its output folder is used as ``detect
     --recognizers rules,lists,crf:OUT``."""
@@ -357,7 +367,7 @@ class LearnDenyOptions:
     min_patients: int = option(1, "Patients whose notes annotate it.")
 
 
-class LearnDenyStage(Stage):
+class LearnDenyStage(BuildStage):
     """``phisieve learn-deny``: a deny list (``word TAB LABEL``) grown from annotated notes
     (:func:`phisieve.detect.learnt.learn_deny_list`), for ``detect --deny`` on the site's
     other notes."""
