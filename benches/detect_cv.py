@@ -64,6 +64,7 @@ def main() -> None:
     from phisieve.detect.cv import _take, folds, format_mean_sd, summarise
     from phisieve.detect.learnt import learn_deny_list
     from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.stage import DetectTrainOptions
     from phisieve.detect.train import train_recognizer
     from phisieve.io.physionet import read_physionet
 
@@ -97,9 +98,7 @@ def main() -> None:
                 train_gold,
                 base,
                 model_dir,
-                epochs=args.epochs,
-                device=args.device,
-                seed=args.seed,
+                DetectTrainOptions(epochs=args.epochs, device=args.device, seed=args.seed),
             )
             train_stats.append(stats)
             for name, recognizers in variants.items():

@@ -32,8 +32,7 @@ from typing import Any
 from phisieve.detect.stage import DetectStage
 from phisieve.fragments.stage import FragmentStage
 from phisieve.io.physionet import PHYSIONET_LABELS, read_physionet
-from phisieve.io.sources import write_dataset
-from phisieve.pipeline.runner import run_stage
+from phisieve.pipeline.runner import run_stage, write_dataset
 from phisieve.term_index.stage import IndexStage
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))

@@ -78,9 +78,9 @@ from phisieve.detect.run import write_spans
 from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
 from phisieve.io.physionet import read_physionet_gold
-from phisieve.io.sources import write_dataset
 from phisieve.phi.canaries import insert_canaries
 from phisieve.phi.surrogate import surrogate
+from phisieve.pipeline.runner import write_dataset
 from phisieve.synthetic.generate import synth
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))

@@ -19,7 +19,8 @@ from phisieve.corpus.split import (
 )
 from phisieve.errors import ConfigError, InputError, OutputExistsError
 from phisieve.io.dataset import dataset_files, read_manifest
-from phisieve.io.sources import open_source, write_dataset
+from phisieve.io.sources import open_source
+from phisieve.pipeline.runner import write_dataset
 
 PARTS = ("members", "reference", "heldout")
 FRACTIONS = {"members": 0.6, "reference": 0.2, "heldout": 0.2}

@@ -390,7 +390,7 @@ NOTE = "Seen 7/22/97 by Dr. Quaxley Mesite at Ombrell Hospital."
 def test_crf_without_its_distribution_says_how_to_install_it(monkeypatch, tmp_path, capsys):
     from phisieve.cli import main
     from phisieve.detect.stage import DetectStage
-    from phisieve.io.sources import write_dataset
+    from phisieve.pipeline.runner import write_dataset
 
     own = tmp_path / "own"
     shutil.copytree(physionet_crf(), own)

@@ -172,7 +172,7 @@ def test_cli_detect_and_eval(physionet_dir, tmp_path, capsys):
 
 
 def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
-    from phisieve.detect.run import write_spans
+    from phisieve.pipeline.runner import write_dataset
     from phisieve.term_index.build import index
 
     documents = pa.table(
@@ -183,7 +183,7 @@ def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
         }
     )
     spans = detect(documents)
-    write_spans(spans, tmp_path / "spans")
+    write_dataset(spans, tmp_path / "spans", stage="detect")
     terms = index(documents, k=2, ngram=2, spans=tmp_path / "spans")
     direct = {
         t for t, d in zip(terms["term"].to_pylist(), terms["direct"].to_pylist(), strict=True) if d

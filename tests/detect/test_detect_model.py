@@ -13,10 +13,11 @@ from phisieve.cli import main
 from phisieve.detect.labels import CATEGORIES, LABELS, category
 from phisieve.detect.recognizers.model import ModelRecognizer
 from phisieve.detect.run import detect, evaluate
+from phisieve.detect.stage import DetectTrainOptions as Options
 from phisieve.detect.train import read_annotated, token_labels, train_recognizer
-from phisieve.errors import ConfigError, OutputExistsError
-from phisieve.io.sources import write_dataset
+from phisieve.errors import ConfigError
 from phisieve.phi.placeholders import KINDS
+from phisieve.pipeline.runner import write_dataset
 from tests.detect.test_detect_cv import annotated, write_physionet
 
 pytest.importorskip("torch")
@@ -74,7 +75,7 @@ TRAIN = {"epochs": 30, "batch_size": 8, "learning_rate": 2e-3, "max_length": 32,
 def tiny_model(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     documents, gold = synthetic(SURNAMES, 48, seed=1)
     out = tmp_path_factory.mktemp("recognizer") / "model"
-    train_recognizer(documents, gold, tiny_base, out, device="cpu", **TRAIN)
+    train_recognizer(documents, gold, tiny_base, out, Options(device="cpu", **TRAIN))
     return out
 
 
@@ -142,7 +143,7 @@ def test_a_tiny_model_learns_names_it_never_saw(tiny_model: Path):
 def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Path, tmp_path):
     documents, gold = synthetic(SURNAMES, 48, seed=1)
     again = tmp_path / "again"
-    stats = train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
+    stats = train_recognizer(documents, gold, tiny_base, again, Options(device="cpu", **TRAIN))
     first = json.loads((tiny_model / "phisieve.json").read_text())
     for key in ("windows", "positive_windows", "steps", "final_loss"):
         assert stats[key] == first[key]
@@ -150,17 +151,13 @@ def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Pa
     assert ModelRecognizer(again, device="cpu")(texts) == ModelRecognizer(tiny_model, device="cpu")(
         texts
     )
-    with pytest.raises(OutputExistsError):
-        train_recognizer(documents, gold, tiny_base, again, device="cpu", **TRAIN)
 
 
 def test_training_on_refilled_copies_too(tiny_base: Path, tmp_path, capsys):
     documents, gold = synthetic(["Quaxley"], 12, seed=1)
-    quick = {**TRAIN, "epochs": 1}
-    plain = train_recognizer(documents, gold, tiny_base, tmp_path / "a", device="cpu", **quick)
-    more = train_recognizer(
-        documents, gold, tiny_base, tmp_path / "b", device="cpu", augment=2, **quick
-    )
+    quick = {**TRAIN, "epochs": 1, "device": "cpu"}
+    plain = train_recognizer(documents, gold, tiny_base, tmp_path / "a", Options(**quick))
+    more = train_recognizer(documents, gold, tiny_base, tmp_path / "b", Options(augment=2, **quick))
     assert plain["refilled_copies"] == {"copied": 0, "skipped": 0}
     assert more["refilled_copies"] == {"copied": 12, "skipped": 0}
     assert more["notes"] == plain["notes"] == 12
@@ -345,11 +342,13 @@ def test_training_on_hostile_notes(tiny_base: Path, tmp_path):
     texts[0], texts[1] = "", None  # their gold spans now point past the end
     documents = documents.set_column(2, "text", pa.array(texts, pa.large_string()))
     stats = train_recognizer(
-        documents, gold, tiny_base, tmp_path / "m", device="cpu", **{**TRAIN, "epochs": 2}
+        documents, gold, tiny_base, tmp_path / "m", Options(device="cpu", **{**TRAIN, "epochs": 2})
     )
     assert stats["positive_windows"] == 6 and math.isfinite(stats["final_loss"])
     none = gold.set_column(
         1, "spans", pa.array([[]] * gold.num_rows, gold.schema.field("spans").type)
     )
     with pytest.raises(InputError, match="no gold PHI"):
-        train_recognizer(documents, none, tiny_base, tmp_path / "m2", device="cpu", **TRAIN)
+        train_recognizer(
+            documents, none, tiny_base, tmp_path / "m2", Options(device="cpu", **TRAIN)
+        )

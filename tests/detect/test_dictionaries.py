@@ -281,7 +281,7 @@ def test_what_lists_learns_does_not_depend_on_batch_sizes(tmp_path):
     from phisieve.io.sources import open_source
 
     phisieve.synth(tmp_path / "docs", patients=300, seed=2)
-    learnt = [_learn(open_source(tmp_path / "docs", rows), False) for rows in (97, 5000)]
+    learnt = [_learn(open_source(tmp_path / "docs", rows)) for rows in (97, 5000)]
     (a, b) = learnt
     assert a.stats.words.equals(b.stats.words)
     known = [sorted(x.known_places.get_column("w").to_list()) for x in learnt]

@@ -30,7 +30,8 @@ from phisieve.io.dataset import (
     read_rejected,
     side_file,
 )
-from phisieve.io.sources import open_source, write_dataset
+from phisieve.io.sources import open_source
+from phisieve.pipeline.runner import write_dataset
 
 KEY = "5f0c3a8e9b1d47e2a6c4f8b0d2e6a1c3b5d7f9e1a3c5b7d9f1e3a5c7b9d1f3e5"
 MIMIC_HEADER = (

@@ -19,10 +19,9 @@ from phisieve.catalog import STAGES, load_pipeline
 from phisieve.cli import main
 from phisieve.errors import ConfigError, InputError, OutputExistsError
 from phisieve.io.dataset import check_output, meta_dir, read_manifest
-from phisieve.io.sources import write_dataset
 from phisieve.pipeline.execute import plan, run_pipeline
 from phisieve.pipeline.options import params
-from phisieve.pipeline.runner import run_stage
+from phisieve.pipeline.runner import run_stage, write_dataset
 from phisieve.pipeline.stats import Stats
 from phisieve.term_index.stage import IndexStage
 

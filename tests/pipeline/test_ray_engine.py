@@ -173,8 +173,7 @@ def test_ray_refuses_what_the_local_engine_refuses(tmp_path, minilm, ray_local) 
 
     from phisieve.encode.stage import EncodeStage
     from phisieve.errors import InputError
-    from phisieve.io.sources import write_dataset
-    from phisieve.pipeline.runner import run_stage
+    from phisieve.pipeline.runner import run_stage, write_dataset
 
     docs = pa.table(
         {
@@ -222,7 +221,8 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
     rows once; an empty input gives one empty piece; the local engine gives one piece."""
     import pyarrow as pa
 
-    from phisieve.io.sources import open_source, write_dataset
+    from phisieve.io.sources import open_source
+    from phisieve.pipeline.runner import write_dataset
     from phisieve.pipeline.stage import Context
     from phisieve.term_index.stage import IndexStage
 

@@ -19,7 +19,7 @@ from phisieve import ConfigError, PhisieveError
 from phisieve.cli import app
 from phisieve.encode import encode, load_tokenizer
 from phisieve.io.schema import SPANS
-from phisieve.io.sources import write_dataset
+from phisieve.pipeline.runner import write_dataset
 from phisieve.protection.policy import SCOPES
 from phisieve.protection.scope import DocSpans
 from phisieve.term_index.build import terms_options, write_index

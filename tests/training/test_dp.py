@@ -18,7 +18,7 @@ from phisieve.cli import main
 from phisieve.encode import ENCODED
 from phisieve.errors import ConfigError
 from phisieve.io.dataset import side_file
-from phisieve.io.sources import write_dataset
+from phisieve.pipeline.runner import write_dataset
 from phisieve.training.dp import (
     DPConfig,
     PrivateGradient,

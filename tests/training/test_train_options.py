@@ -16,7 +16,7 @@ import torch
 from phisieve.encode import ENCODED, read_encoding
 from phisieve.errors import ConfigError
 from phisieve.io.dataset import dataset_files
-from phisieve.io.sources import write_dataset
+from phisieve.pipeline.runner import write_dataset
 from phisieve.training.loaders import MaskedBatches
 from phisieve.training.loop import DPConfig, TrainConfig, load_model, train, untie_output_embeddings
 from phisieve.training.masking import MaskingConfig, make_batch, objective

@@ -61,8 +61,8 @@ from ..dependencies import require
 from ..encode import read_encoding
 from ..errors import ConfigError, InputError
 from ..io.dataset import check_dataset, dataset_files, dataset_identity, side_file
-from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
+from ..pipeline.work import Work, work
 from . import metrics
 from .epsilon import dp_check, one_run_audit
 from .scoring import Occurrence, Scorer, Sequences, key, sample, word_occurrences
@@ -993,10 +993,11 @@ def measure(
     spans: str | Path | None = None,
     tokenizer: str | Path | None = None,
     options: AuditOptions,
-    progress: bool = False,
+    ctx: Work | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The audit's measures (:func:`audit`, whose parameters these are): the content of
-    ``audit.json``, and the seconds each step took."""
+    ``audit.json``, and the seconds each step took; ``ctx`` draws the progress
+    (:class:`~phisieve.pipeline.work.Work`)."""
     o = options
     device, batch_size, seed, label = o.device, o.batch_size, o.seed, o.label
     max_identifiers = o.max_identifiers or None
@@ -1081,7 +1082,7 @@ def measure(
         clock[0] = now
         advance(1)
 
-    with progress_bar("audit", total=steps, unit="steps", enabled=progress) as advance:
+    with work(ctx).bar("audit", steps, "steps") as advance:
         # 1. Membership scores per sequence.
         seq_m = _sequence_scores(scorer, ref, sm, tok, seed, mlm_rounds)
         seq_n = _sequence_scores(scorer, ref, sn, tok, seed, mlm_rounds)

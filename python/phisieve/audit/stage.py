@@ -11,7 +11,7 @@ from typing import Any
 
 from .._lazy import LazyModule
 from ..pipeline.options import option
-from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage
+from ..pipeline.stage import FOLDER, PATH, BuildStage, Context, Input, Output
 
 run = LazyModule(".run", __package__)
 
@@ -37,7 +37,7 @@ class AuditOptions:
     label: str | None = option(None, "Model name shown in reports.")
 
 
-class AuditStage(Stage):
+class AuditStage(BuildStage):
     """``phisieve audit``: the privacy audit of a trained model
     (:func:`phisieve.audit.run.audit`); the output folder holds ``audit.json`` and
     ``index.html``."""
@@ -73,7 +73,7 @@ class AuditStage(Stage):
             spans=path("spans"),
             tokenizer=path("tokenizer"),
             options=self.options,
-            progress=ctx.progress,
+            ctx=ctx,
         )
         run.render_files(data, target)
         ctx.stats.update(seconds=seconds, verdict=data["verdict"])
@@ -84,7 +84,7 @@ class CompareOptions:
     """``phisieve audit --compare`` has no options."""
 
 
-class AuditCompareStage(Stage):
+class AuditCompareStage(BuildStage):
     """``phisieve audit --compare``: audit reports side by side (``index.html`` and
     ``compare.json``)."""
 

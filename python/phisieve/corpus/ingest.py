@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from ..io.dataset import DatasetWriter
 from ..io.readers import DocumentStream, Rejection
-from ..pipeline.progress import progress_bar
 from ..pipeline.runner import run_stage
 from ..pipeline.stage import Context
+from ..pipeline.work import Work
 
 
 def ingest(
@@ -90,7 +90,7 @@ def documents(ctx: Context, state: DocumentStream) -> Iterator[pa.RecordBatch]:
     output as it goes; the counts (which reconcile) into ``ctx.stats``."""
     by_reason: Counter[str] = Counter()
     rows_in = rows_out = 0
-    with state, _progress_bar(ctx.progress, state) as tick:
+    with state, _bytes_bar(ctx, state) as tick:
         for batch, rejections in state:
             rows_out += batch.num_rows
             yield batch
@@ -117,10 +117,10 @@ def _write_rejections(writer: DatasetWriter, rejections: list[Rejection]) -> Non
 
 
 @contextmanager
-def _progress_bar(enabled: bool, stream: DocumentStream) -> Iterator[Callable[[], None]]:
-    """Yield ``tick()``, which shows the bytes of input read so far (a no-op when disabled)."""
+def _bytes_bar(ctx: Work, stream: DocumentStream) -> Iterator[Callable[[], None]]:
+    """Yield ``tick()``, which shows the bytes of input read so far (when ``ctx`` draws)."""
     label = f"ingest {stream.path.name}"
-    with progress_bar(label, total=stream.total_bytes, unit="bytes", enabled=enabled) as advance:
+    with ctx.bar(label, stream.total_bytes, "bytes") as advance:
         shown = 0
 
         def tick() -> None:
@@ -131,5 +131,5 @@ def _progress_bar(enabled: bool, stream: DocumentStream) -> Iterator[Callable[[]
                 shown = now
 
         yield tick
-        if enabled and stream.total_bytes > shown:
+        if stream.total_bytes > shown:
             advance(stream.total_bytes - shown)

@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError, InputError
 from ..pipeline.options import option
-from ..pipeline.stage import DATASETS, PATH, SOURCE, Context, Input, Output, Stage, require
+from ..pipeline.stage import (
+    DATASETS,
+    PATH,
+    SOURCE,
+    Context,
+    Input,
+    MapStage,
+    Output,
+    RowsStage,
+    require,
+)
 from ..pipeline.stats import Stats
 
 if TYPE_CHECKING:
@@ -41,7 +51,7 @@ class IngestOptions:
     batch_rows: int = option(8192, "Input records per batch.", decides=False, hidden=True)
 
 
-class IngestStage(Stage):
+class IngestStage(RowsStage):
     """``phisieve ingest``: notes from outside phisieve (:func:`phisieve.io.readers.
     read_documents`) into the ``documents`` dataset; rejected rows, with their reason, into
     ``OUT.meta/rejected``. Counts reconcile: rows read = rows written + rows rejected."""
@@ -99,7 +109,7 @@ class _Assignment:
     patients: dict[str, set[str]] = field(default_factory=dict)
 
 
-class SplitStage(Stage):
+class SplitStage(MapStage):
     """``phisieve split``: documents split by patient into one dataset per part.
 
     Reduce: the distinct patients (or documents), assigned to parts by a keyed hash

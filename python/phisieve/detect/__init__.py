@@ -28,7 +28,6 @@ __getattr__, __dir__ = lazy_exports(
                 "evaluate_corpus",
                 "merge_spans",
                 "read_word_list",
-                "write_spans",
             )
         },
         **{

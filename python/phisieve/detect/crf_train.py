@@ -46,7 +46,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..io.schema import SPANS
 from ..io.sources import open_source, require_columns
-from ..pipeline.progress import progress_bar
+from ..pipeline.work import Work, work
 from .labels import category
 from .recognizers.crf import (
     FINDER_FILE,
@@ -121,13 +121,13 @@ def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.D
 
 
 def _labelled(
-    notes: pa.Table, gold: pa.Table, corpus: Any, o: CrfTrainOptions, progress: bool
+    notes: pa.Table, gold: pa.Table, corpus: Any, o: CrfTrainOptions, ctx: Work
 ) -> pl.DataFrame:
     """Every word of ``notes`` (:func:`_notes`) with its CRF features (the ``rules``/``lists``
     spans found in them, a share hidden) and gold category ``y``, sorted."""
     from .run import detector
 
-    found = detector(open_source(notes, 4096), TRAINED_WITH, corpus=corpus, progress=progress)
+    found = detector(open_source(notes, 4096), TRAINED_WITH, corpus=corpus, ctx=ctx)
     texts = notes.column("text").combine_chunks()
     tok, spans = found.found(texts)
     assert tok is not None
@@ -139,7 +139,7 @@ def _labelled(
 
 
 def _fit(
-    path: Path, labelled: pl.DataFrame, columns: list[str], o: CrfTrainOptions, progress: bool
+    path: Path, labelled: pl.DataFrame, columns: list[str], o: CrfTrainOptions, ctx: Work
 ) -> None:
     """Fit one CRF on the ``columns`` of :func:`_labelled`'s words and write it to ``path``."""
     import pycrfsuite
@@ -148,9 +148,7 @@ def _fit(
     xs = sequences(labelled.select("row", "i", f=pl.concat_list(columns)), rows)
     ys = sequences(labelled.select("row", "i", f=pl.col("y")), rows)
     trainer = pycrfsuite.Trainer(verbose=False)
-    with progress_bar(
-        f"detect-train-crf {path.name}", total=len(xs), unit="notes", enabled=progress
-    ) as adv:
+    with ctx.bar(f"detect-train-crf {path.name}", len(xs), "notes") as adv:
         for x, y in zip(xs, ys, strict=True):
             if x:
                 trainer.append(x, y)
@@ -173,7 +171,7 @@ def train_crf(
     options: CrfTrainOptions | None = None,
     *,
     corpus: Any = None,
-    progress: bool = False,
+    ctx: Work | None = None,
 ) -> dict[str, Any]:
     """Train the ``crf`` recognizer on annotated notes and write its folder.
 
@@ -190,8 +188,8 @@ def train_crf(
     corpus
         The notes the dictionaries' statistics are counted over, when not ``documents``
         (as :func:`phisieve.detect.detect`'s ``corpus``).
-    progress
-        Show progress.
+    ctx
+        Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
 
     Returns
     -------
@@ -199,10 +197,11 @@ def train_crf(
         What ``phisieve.json`` records, and the seconds taken.
     """
     o = options or CrfTrainOptions()
+    ctx = work(ctx)
     check_crf_options(o)
     started = time.perf_counter()
     notes = _notes(documents)
-    labelled = _labelled(notes, gold, corpus, o, progress)
+    labelled = _labelled(notes, gold, corpus, o, ctx)
     phi_words = int((labelled.get_column("y") != "O").sum())
     if not phi_words:
         raise InputError("the annotated notes have no gold PHI span to learn from")
@@ -211,7 +210,7 @@ def train_crf(
     folder.mkdir(parents=True, exist_ok=True)
     # The tagger sees the rules'/lists' spans, of the notes as given: it is the same with or
     # without copies. The finder sees only the words, of the notes and their copies.
-    _fit(folder / MODEL_FILE, labelled, feature_columns(labelled), o, progress)
+    _fit(folder / MODEL_FILE, labelled, feature_columns(labelled), o, ctx)
     copied = {"copied": 0, "skipped": 0}
     if o.augment:
         from ..phi.augment import refilled
@@ -223,9 +222,9 @@ def train_crf(
             pa.concat_tables([_gold(gold), copies_gold]),
             pa.concat_tables([counted, copies]),
             o,
-            progress,
+            ctx,
         )
-    _fit(folder / FINDER_FILE, labelled, feature_columns(labelled, spans=False), o, progress)
+    _fit(folder / FINDER_FILE, labelled, feature_columns(labelled, spans=False), o, ctx)
     # The finder can emit labels only the copies hold (e.g. an ID surrogate's kind).
     info = {
         "format": FORMAT,

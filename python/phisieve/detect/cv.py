@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError
+from ..pipeline.work import Work, work
 from .run import detect, evaluate
 
 __all__ = ["cross_validate", "folds", "summarise"]
@@ -109,6 +109,7 @@ def cross_validate(
     base: str | Path | None = None,
     train_options: dict[str, Any] | None = None,
     on_fold: Callable[[int, dict[str, Any]], None] | None = None,
+    ctx: Work | None = None,
     **detect_kwargs: Any,
 ) -> dict[str, Any]:
     """Patient-level k-fold cross-validation of :func:`phisieve.detect.detect`.
@@ -131,7 +132,10 @@ def cross_validate(
     base, train_options
         The checkpoint and the options of :func:`phisieve.detect.train.train_recognizer`.
     on_fold
-        Called with each fold's number and scores as it finishes (progress).
+        Called with each fold's number and scores as it finishes.
+    ctx
+        Where each fold's models are trained (a scratch folder,
+        :class:`~phisieve.pipeline.work.Work`; default: the system's temporary folder).
     detect_kwargs
         Passed to :func:`phisieve.detect.detect` (``deny``, ``allow``, ``min_score``...).
 
@@ -183,7 +187,7 @@ def cross_validate(
             learnt = learn_deny_list(train, train_gold)
             fold_deny = {**learnt, **deny}
         t = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="phisieve-cv-") as tmp:
+        with work(ctx).scratch("cv") as tmp:
             names = list(recognizers)
             if "crf" in names:
                 from .crf_train import train_crf
@@ -192,10 +196,13 @@ def cross_validate(
                 train_crf(train, train_gold, crf_dir, corpus=documents)
                 names = [f"crf:{crf_dir}" if r == "crf" else r for r in names]
             if trains_model:
+                from .stage import DetectTrainOptions
                 from .train import train_recognizer
 
                 model_dir = Path(tmp) / "model"
-                train_recognizer(train, train_gold, base, model_dir, **(train_options or {}))
+                train_recognizer(
+                    train, train_gold, base, model_dir, DetectTrainOptions(**(train_options or {}))
+                )
                 names = [f"model:{model_dir}" if r == "model" else r for r in names]
             fit_s = time.perf_counter() - t
             t = time.perf_counter()

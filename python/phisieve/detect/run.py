@@ -50,10 +50,9 @@ import pyarrow as pa
 
 from .. import _core
 from ..errors import ConfigError, InputError
-from ..io.dataset import DatasetWriter
 from ..io.schema import SPANS, spans_array
 from ..io.sources import BatchSource, open_source, require_columns
-from ..pipeline.progress import counted, progress_bar
+from ..pipeline.work import Work, work
 from ..text.words import normalize_word, tokenize
 from .recognizers import SPAN_ROWS, dictionaries
 from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
@@ -171,11 +170,15 @@ Pieces = Callable[..., list[Any]]
 pieces of the corpus (:meth:`phisieve.pipeline.stage.Context.pieces`)."""
 
 
-def _learn(src: BatchSource, progress: bool, pieces: Pieces | None = None) -> _Dictionaries:
+def _learn(
+    src: BatchSource, ctx: Work | None = None, pieces: Pieces | None = None
+) -> _Dictionaries:
     """First passes of the ``lists`` recognizer: patients per word, and the places named after
     a trigger anywhere in the corpus (flagged everywhere after). With ``pieces`` (the run's
-    engine), both passes run on pieces of the corpus and their counts add."""
+    engine), both passes run on pieces of the corpus and their counts add; otherwise ``ctx``
+    draws their progress."""
     if pieces is None:
+        quiet = work(ctx)
 
         def pieces(
             fn: Callable[[Any], Any],
@@ -184,7 +187,7 @@ def _learn(src: BatchSource, progress: bool, pieces: Pieces | None = None) -> _D
             by: str | None = None,
             label: str | None = None,
         ) -> list[Any]:
-            read = src if label is None else counted(src, label, unit="documents", enabled=progress)
+            read = src if label is None else quiet.counted(src, label, "documents")
             return [fn(read)]
 
     lex = dictionaries.lexicon()
@@ -359,16 +362,17 @@ def detector(
     presidio_model: str | None = None,
     stanza: dict[str, Any] | None = None,
     workers: int = 1,
-    progress: bool = False,
     dictionaries_enabled: bool = True,
     corpus: Any = None,
     model_options: dict[str, Any] | None = None,
     pieces: Pieces | None = None,
     crf_options: dict[str, Any] | None = None,
+    ctx: Work | None = None,
 ) -> Detector:
     """Load the recognizers and, for ``lists``, learn the dictionaries' statistics of the
     corpus (``src``, or ``corpus`` when given): the reduce step of detection (the
-    parameters are :func:`detect`'s; ``pieces``, the run's engine for ``src``)."""
+    parameters are :func:`detect`'s; ``pieces``, the run's engine for ``src``; ``ctx`` draws
+    the progress, :class:`~phisieve.pipeline.work.Work`)."""
     recognizers = list(recognizers)
     thresholds = check_recognizers(recognizers, min_score)
     models: dict[str, Any] = {}
@@ -395,11 +399,11 @@ def detector(
     uses_dictionaries = "lists" in recognizers and dictionaries_enabled
     if uses_dictionaries or any(_kind(r) == "crf" for r in recognizers):
         if corpus is None:
-            learnt = _learn(src, progress, pieces)
+            learnt = _learn(src, ctx, pieces)
         else:
             learn_src = open_source(corpus, 4096)
             require_columns(learn_src.schema, ["doc_id", "text"], learn_src.name)
-            learnt = _learn(learn_src, progress)
+            learnt = _learn(learn_src, ctx)
         learnt.dictionaries = uses_dictionaries
     allow_set = {normalize_word(w) for w in allow or ()}
     return Detector(recognizers, deny or {}, allow_set, thresholds, models, learnt)
@@ -415,11 +419,11 @@ def detect(
     presidio_model: str | None = None,
     stanza: dict[str, Any] | None = None,
     workers: int = 1,
-    progress: bool = False,
     dictionaries_enabled: bool = True,
     corpus: Any = None,
     model_options: dict[str, Any] | None = None,
     crf_options: dict[str, Any] | None = None,
+    ctx: Work | None = None,
 ) -> pa.Table:
     """Direct-identifier spans of every document.
 
@@ -459,6 +463,8 @@ def detect(
         Options of the ``stanza`` recognizer
         (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`: ``package``, ``ner``,
         ``model_dir``, ``use_gpu``...).
+    ctx
+        Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
 
     Returns
     -------
@@ -479,42 +485,16 @@ def detect(
         src = open_source(src.table(), 4096)
     found = detector(
         src, recognizers, deny=deny, allow=allow, min_score=min_score,
-        presidio_model=presidio_model, stanza=stanza, workers=workers, progress=progress,
+        presidio_model=presidio_model, stanza=stanza, workers=workers, ctx=ctx,
         dictionaries_enabled=dictionaries_enabled, corpus=corpus, model_options=model_options,
         crf_options=crf_options,
     )  # fmt: skip
     out = []
-    with progress_bar("detect", total=src.num_rows, unit="documents", enabled=progress) as adv:
+    with work(ctx).bar("detect", src.num_rows, "documents") as adv:
         for b in src.batches(["doc_id", "text"]):
             out.append(found.spans(b))
             adv(b.num_rows)
     return pa.Table.from_batches(out, SPANS_TABLE)
-
-
-def write_spans(
-    spans: pa.Table,
-    out: str | os.PathLike[str],
-    *,
-    inputs: dict[str, dict[str, Any]] | None = None,
-    options: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    **stats: Any,
-) -> dict[str, Any]:
-    """Write a ``spans`` table as a dataset (atomically, with its completion marker).
-
-    ``inputs`` and ``options`` are recorded in the marker (:mod:`phisieve.io.dataset`);
-    an existing ``out`` is replaced only with ``overwrite``.
-    """
-    with DatasetWriter(
-        Path(out),
-        spans.schema,
-        stage="detect",
-        inputs=inputs or {},
-        options=options or {},
-        overwrite=overwrite,
-    ) as writer:
-        writer.write(spans)
-        return writer.close(**stats)
 
 
 def evaluate(

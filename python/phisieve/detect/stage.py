@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import FILE, FOLDER, PATH, SOURCE, Context, Input, Output, Stage
+from ..pipeline.stage import (
+    FILE,
+    FOLDER,
+    PATH,
+    SOURCE,
+    BuildStage,
+    Context,
+    Input,
+    MapStage,
+    Output,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -137,7 +147,7 @@ class DetectOptions:
     workers: int = option(1, "spaCy processes for presidio.", decides=False)
 
 
-class DetectStage(Stage):
+class DetectStage(MapStage):
     """``phisieve detect``: direct-identifier spans of every document.
 
     Reduce: the recognizers loaded and, for ``lists``, the dictionaries' statistics of the
@@ -194,8 +204,8 @@ class DetectStage(Stage):
             presidio_model=o.presidio_model,
             stanza=stanza_options(o.stanza_model),
             workers=o.workers,
-            progress=ctx.progress,
             pieces=partial(ctx.pieces, "docs"),
+            ctx=ctx,
         )
 
     def map(self, batch: pa.RecordBatch, state: run.Detector, stats: Stats) -> pa.RecordBatch:
@@ -247,7 +257,7 @@ class DetectTrainOptions:
 
 
 def check_options(o: DetectTrainOptions) -> None:
-    """Refuse options :func:`~phisieve.detect.train.fit_recognizer` cannot train with
+    """Refuse options :func:`~phisieve.detect.train.train_recognizer` cannot train with
     (:class:`ConfigError`)."""
     for name, value in (("epochs", o.epochs), ("batch_size", o.batch_size)):
         if value < 1:
@@ -258,7 +268,7 @@ def check_options(o: DetectTrainOptions) -> None:
         raise ConfigError(f"augment must be >= 0, not {o.augment}")
 
 
-class DetectTrainStage(Stage):
+class DetectTrainStage(BuildStage):
     """``phisieve detect-train``: a BIO token-classification recognizer fine-tuned on
     annotated notes (:func:`phisieve.detect.train.train_recognizer`); its output folder is a
     model, for ``detect --recognizers rules,lists,model:OUT``."""
@@ -283,9 +293,7 @@ class DetectTrainStage(Stage):
         docs = ctx.values.get("docs")
         documents, gold = train.read_annotated(ctx.path("annotated"), docs)
         ctx.stats.update(
-            train.fit_recognizer(
-                documents, gold, ctx.path("base"), target, self.options, ctx.progress
-            )
+            train.train_recognizer(documents, gold, ctx.path("base"), target, self.options, ctx)
         )
 
 
@@ -322,7 +330,7 @@ def check_crf_options(o: CrfTrainOptions) -> None:
         raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
 
 
-class DetectTrainCrfStage(Stage):
+class DetectTrainCrfStage(BuildStage):
     """``phisieve detect-train-crf``: the ``crf`` recognizer trained on annotated notes
     (:func:`phisieve.detect.crf_train.train_crf`); its output folder is used as ``detect
     --recognizers rules,lists,crf:OUT``."""
@@ -344,9 +352,7 @@ class DetectTrainCrfStage(Stage):
 
     def build(self, ctx: Context, target: Path) -> None:
         documents, gold = train.read_annotated(ctx.path("annotated"), ctx.values.get("docs"))
-        ctx.stats.update(
-            crf_train.train_crf(documents, gold, target, self.options, progress=ctx.progress)
-        )
+        ctx.stats.update(crf_train.train_crf(documents, gold, target, self.options, ctx=ctx))
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,7 +367,7 @@ class LearnDenyOptions:
     min_patients: int = option(1, "Patients whose notes annotate it.")
 
 
-class LearnDenyStage(Stage):
+class LearnDenyStage(BuildStage):
     """``phisieve learn-deny``: a deny list (``word TAB LABEL``) grown from annotated notes
     (:func:`phisieve.detect.learnt.learn_deny_list`), for ``detect --deny`` on the site's
     other notes."""

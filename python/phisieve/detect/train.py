@@ -28,13 +28,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, InputError
-from ..io.dataset import FolderWriter
 from ..io.physionet import is_physionet, read_physionet
 from ..io.sources import open_source, read_spans, require_columns
-from ..pipeline.progress import progress_bar
+from ..pipeline.work import Work, work
 from .labels import CATEGORIES, LABELS, category
 from .recognizers.model import FORMAT, _device, _encode, _quiet_loading
-from .stage import DetectTrainOptions, DetectTrainStage, check_options
+from .stage import DetectTrainOptions, check_options
 
 __all__ = ["read_annotated", "token_labels", "train_recognizer"]
 
@@ -107,22 +106,11 @@ def train_recognizer(
     documents: pa.Table,
     gold: pa.Table,
     base: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    epochs: int = 3,
-    batch_size: int = 16,
-    max_length: int = 128,
-    stride: int = 32,
-    learning_rate: float = 1e-4,
-    o_weight: float = 0.1,
-    negative_share: float = 0.3,
-    augment: int = 0,
-    seed: int = 0,
-    device: str | None = None,
-    progress: bool = False,
-    overwrite: bool = False,
+    folder: str | os.PathLike[str],
+    options: DetectTrainOptions | None = None,
+    ctx: Work | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune a token-classification model on annotated notes and save it to ``out``.
+    """Fine-tune a token-classification model on annotated notes and save it into ``folder``.
 
     Parameters
     ----------
@@ -131,67 +119,26 @@ def train_recognizer(
         :func:`category` maps).
     base
         A local checkpoint folder with a fast tokenizer (BERT-style).
-    out
-        The model folder, written atomically (refused when it exists, unless ``overwrite``).
-    epochs, batch_size, learning_rate
-        AdamW with linear warm-up (10% of the steps) and decay.
-    max_length, stride
-        Window length and overlap in tokens.
-    o_weight
-        The loss weight of the ``O`` class (PHI classes weigh 1).
-    negative_share
-        Windows without PHI are kept with this probability, drawn from a keyed hash of
-        (``seed``, doc_id, window), independent of order and batches.
-    augment
-        Also train on this many copies of each note with its gold PHI re-filled by fresh
-        surrogates (:func:`phisieve.phi.augment.refilled`, keyed by ``seed``).
-    seed
-        Seeds initialisation of the classifier, shuffling, the negative windows and the
-        copies' surrogates.
-    device
-        ``cuda``, ``cpu``...; default CUDA when available (bf16 autocast on CUDA).
+    folder
+        Where the model goes (created; ``phisieve detect-train`` gives the folder it
+        commits atomically): the weights, the tokenizer and ``phisieve.json``, what
+        :class:`~phisieve.detect.recognizers.model.ModelRecognizer` reads.
+    options
+        Epochs, windows, learning rate, seed... (:class:`~phisieve.detect.stage.
+        DetectTrainOptions`, documented once there).
+    ctx
+        Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
 
     Returns
     -------
     dict
-        The manifest of ``out``: the training statistics (as in ``out/phisieve.json``, with
-        the time it took).
+        The training statistics (as in ``phisieve.json``).
     """
-    options = DetectTrainOptions(
-        epochs=epochs,
-        batch_size=batch_size,
-        max_length=max_length,
-        stride=stride,
-        learning_rate=learning_rate,
-        o_weight=o_weight,
-        negative_share=negative_share,
-        augment=augment,
-        seed=seed,
-        device=device,
-    )
-    stage = DetectTrainStage(options)
-    with FolderWriter(
-        Path(out), stage=stage.name, options=stage.recorded(), overwrite=overwrite
-    ) as writer:
-        stats = fit_recognizer(documents, gold, base, writer.target, options, progress)
-        return writer.close(**stats)
-
-
-def fit_recognizer(
-    documents: pa.Table,
-    gold: pa.Table,
-    base: str | os.PathLike[str],
-    folder: Path,
-    options: DetectTrainOptions,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Fine-tune the recognizer (:func:`train_recognizer`) and save it into ``folder``, with
-    ``phisieve.json`` (what :class:`~phisieve.detect.recognizers.model.ModelRecognizer`
-    reads). Returns the training statistics."""
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    o = options
+    o = options or DetectTrainOptions()
+    folder = Path(folder)
     epochs, batch_size, max_length, stride = o.epochs, o.batch_size, o.max_length, o.stride
     learning_rate, o_weight, negative_share, seed = (
         o.learning_rate,
@@ -274,7 +221,7 @@ def fit_recognizer(
     amp = dev.type == "cuda"
     model.train()
     losses: list[float] = []
-    with progress_bar("detect-train", total=steps, unit="steps", enabled=progress) as advance:
+    with work(ctx).bar("detect-train", steps, "steps") as advance:
         for _ in range(epochs):
             order = torch.randperm(len(rows), generator=generator)
             for i in range(0, len(rows), batch_size):

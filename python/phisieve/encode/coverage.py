@@ -9,7 +9,6 @@ with annotated notes can check their own recognizers, scope and tokenizer with i
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..pipeline.work import Work, work
 from ..protection.policy import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
 
@@ -32,6 +32,7 @@ def coverage(
     min_share: float = DEFAULT_MIN_SHARE,
     max_len: int = 512,
     detect_options: dict[str, Any] | None = None,
+    ctx: Work | None = None,
 ) -> dict[str, Any]:
     """Run detect → index → encode on ``documents`` and score the protection on ``gold``.
 
@@ -45,6 +46,9 @@ def coverage(
         What ``detect`` runs (:func:`phisieve.detect.detect`).
     k, ngram, direct_scope, min_share, max_len
         The options of ``index`` and ``encode``.
+    ctx
+        Where the encoded copy is kept while it is scored (a scratch folder,
+        :class:`~phisieve.pipeline.work.Work`; default: the system's temporary folder).
 
     Returns
     -------
@@ -61,7 +65,7 @@ def coverage(
     terms = index(
         documents, k=k, ngram=ngram, spans=spans, direct_scope=direct_scope, min_share=min_share
     )
-    with tempfile.TemporaryDirectory(prefix="phisieve-coverage-") as tmp:
+    with work(ctx).scratch("coverage") as tmp:
         manifest = encode(
             documents,
             Path(tmp) / "encoded",

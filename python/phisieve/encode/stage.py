@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import PATH, Context, Input, Stage, require
+from ..pipeline.stage import PATH, Context, Input, MapStage, require
 from ..pipeline.stats import Stats
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class _Prepared:
     encoder: Encoder
 
 
-class EncodeStage(Stage):
+class EncodeStage(MapStage):
     """``phisieve encode``: documents tokenised for a model, with per-token protected,
     direct and indirect flags, packed per patient into sequences.
 

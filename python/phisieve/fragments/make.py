@@ -53,10 +53,9 @@ def examples(ctx: Context, o: Any) -> Made:
         chunker,
         normalize,
         gold=gold_spans(None if gold is None else gold.table(["doc_id", "spans"])),
-        progress=ctx.progress,
     )
     docs = ["doc_id", "patient_id", "text"]
-    cut = combine(ctx.pieces("docs", cutter, docs))
+    cut = combine(ctx.pieces("docs", cutter, docs, label="fragments"))
     protected = Protected()
     if terms is not None:
         protected.indirect = indirect_terms(terms)

@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 
 from ..io.sources import open_source, require_columns, string_array
-from ..pipeline.progress import progress_bar
 from ..text.words import tokenize
 
 __all__ = ["CUT", "Cut", "Cutter", "combine"]
@@ -66,28 +65,24 @@ class Cutter:
         Optional: per document id, its gold spans ``(start, end, label)`` (for the report).
     batch_rows
         Notes handed to the chunker at a time (the fragments never depend on it).
-    progress
-        Draw a progress bar.
+
+    A reduce step (:meth:`phisieve.pipeline.stage.Context.pieces`): the engine draws the
+    progress of the notes read.
     """
 
     chunker: Any
     normalize: str = "nfkc_lower"
     gold: dict[str, list[tuple[int, int, str]]] | None = None
     batch_rows: int = 256
-    progress: bool = False
 
     def __call__(self, piece: Any) -> Cut:
         src = open_source(piece, batch_size=self.batch_rows)
         require_columns(src.schema, ["doc_id", "patient_id", "text"], src.name)
         cut = Cut(CUT.empty_table())
         tables = []
-        with progress_bar(
-            "fragments", total=src.num_rows, unit="documents", enabled=self.progress
-        ) as advance:
-            for batch in src.batches(["doc_id", "patient_id", "text"]):
-                for b in pa.Table.from_batches([batch]).to_batches(self.batch_rows):
-                    tables.append(self._batch(b, cut))
-                advance(batch.num_rows)
+        for batch in src.batches(["doc_id", "patient_id", "text"]):
+            for b in pa.Table.from_batches([batch]).to_batches(self.batch_rows):
+                tables.append(self._batch(b, cut))
         cut.fragments = pa.concat_tables([cut.fragments, *tables])
         return cut
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import Context, Input, Stage
+from ..pipeline.stage import Context, Input, RowsStage
 from .chunkers import PARSERS, SPACY_MODEL
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class FragmentOptions:
     workers: int = option(1, "Parser processes (the output never depends on them).", decides=False)
 
 
-class FragmentStage(Stage):
+class FragmentStage(RowsStage):
     """``phisieve fragment`` (see the module's documentation)."""
 
     name = "fragment"

@@ -20,7 +20,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .dataset import MANIFEST, DatasetWriter, dataset_files, meta_dir
+from .dataset import MANIFEST, dataset_files, meta_dir
 
 
 def parquet_files(path: Path) -> list[str]:
@@ -210,23 +210,3 @@ def string_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     ):
         col = col.cast(pa.string())
     return col
-
-
-def write_dataset(
-    data: Any,
-    out: str | os.PathLike[str],
-    *,
-    stage: str = "table",
-    overwrite: bool = False,
-    **stats: Any,
-) -> dict[str, Any]:
-    """Write an Arrow table (or anything :func:`open_source` reads: a polars frame, a
-    stream) as a complete phisieve dataset, e.g. documents prepared outside ``ingest``.
-
-    Returns the manifest; ``stats`` are recorded in it.
-    """
-    src = open_source(data)
-    with DatasetWriter(Path(out), src.schema, stage=stage, overwrite=overwrite) as writer:
-        for batch in src.batches(None):
-            writer.write(batch)
-        return writer.close(**stats)

@@ -19,7 +19,17 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError, InputError
 from ..pipeline.options import option
-from ..pipeline.stage import FILE, PATH, SOURCE, Context, Input, Output, Stage
+from ..pipeline.stage import (
+    FILE,
+    PATH,
+    SOURCE,
+    BuildStage,
+    Context,
+    Input,
+    MapStage,
+    Output,
+    RowsStage,
+)
 from .secret import MIN_SECRET_BYTES, check_secret, read_secret
 
 if TYPE_CHECKING:
@@ -55,7 +65,7 @@ class KeygenOptions:
     bytes: int = option(32, "Random bytes in the key (written as twice as many hex digits).")
 
 
-class KeygenStage(Stage):
+class KeygenStage(BuildStage):
     """``phisieve keygen``: a new random secret key for ``surrogate`` and ``canaries``.
 
     The key is drawn from the operating system's random source (:func:`secrets.token_hex`):
@@ -116,7 +126,7 @@ class SurrogateOptions:
     )
 
 
-class SurrogateStage(Stage):
+class SurrogateStage(MapStage):
     """``phisieve surrogate``: every placeholder filled with a keyed surrogate, gold spans added.
 
     Reduce: each patient's latest placeholder year, the anchor of the patient's date shift
@@ -208,15 +218,16 @@ class PlaceholdersOptions:
     """``phisieve placeholders`` has no options."""
 
 
-class PlaceholdersStage(Stage):
+class PlaceholdersStage(RowsStage):
     """``phisieve placeholders``: gold PHI spans become MIMIC-III placeholders (the reverse
     of ``surrogate``).
 
     Reduce: the placeholder ids, numbered per patient over the patient's documents in
-    ``doc_id`` order (:func:`phisieve.phi.gold.placeholder_ids`). Map: each batch of documents
-    with its gold spans replaced (:func:`phisieve.phi.gold.to_placeholders` with those ids),
-    so a document's output depends on that document, its spans and the id table alone, never
-    on the order or batching of rows.
+    ``doc_id`` order (:func:`phisieve.phi.gold.placeholder_ids`). Rows: each batch of the
+    documents the reduce read, with its gold spans replaced
+    (:func:`phisieve.phi.gold.to_placeholders` with those ids), so a document's output
+    depends on that document, its spans and the id table alone, never on the order or
+    batching of rows.
     """
 
     name = "placeholders"
@@ -254,17 +265,14 @@ class PlaceholdersStage(Stage):
         schema = state.documents.schema
         return schema.remove(schema.get_field_index("spans")) if "spans" in schema.names else schema
 
-    def map(self, batch: pa.RecordBatch, state: gold._Gold, stats: Stats) -> pa.Table:
+    def batches(self, ctx: Context, state: gold._Gold) -> Iterator[Any]:
         import pyarrow as pa
 
-        table = pa.Table.from_batches([batch])
-        out, counts = gold._splice_placeholders(table, state.spans, state.ids)
-        stats.merge(counts)
-        return out
-
-    def batches(self, ctx: Context, state: gold._Gold) -> Iterator[Any]:
         for batch in state.documents.to_batches(max_chunksize=self.batch_rows):
-            yield self.map(batch, state, ctx.stats)
+            table = pa.Table.from_batches([batch])
+            out, counts = gold._splice_placeholders(table, state.spans, state.ids)
+            ctx.stats.merge(counts)
+            yield out
 
     def finish(self, ctx: Context, state: gold._Gold) -> None:
         for key in ("spans", "placeholders", "merged"):
@@ -302,7 +310,7 @@ DEFAULT_KINDS = {False: ("name", "date", "mrn"), True: ("words",)}
 everyday words for canary patients (a privacy-preserving objective trains on them)."""
 
 
-class CanariesStage(Stage):
+class CanariesStage(MapStage):
     """``phisieve canaries``: canary sentences with random dummy-PHI secrets appended to
     chosen patients' notes.
 

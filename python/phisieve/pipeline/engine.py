@@ -82,9 +82,7 @@ class LocalEngine(Engine):
         label: str | None = None,
     ) -> list[Any]:
         """One piece: the whole input, streamed (see :meth:`Engine.scan`)."""
-        from .progress import counted
-
         src = ctx.source(name)
         if label is not None:
-            src = counted(src, label, unit=ctx.stage.unit, enabled=ctx.progress)
+            src = ctx.counted(src, label, ctx.stage.unit)
         return [fn(src)]

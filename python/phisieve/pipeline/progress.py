@@ -1,11 +1,11 @@
-"""Progress bars on standard error (rich), or nothing when disabled."""
+"""Progress bars on standard error (rich), drawn for a :class:`~phisieve.pipeline.work.Work`
+that shows progress; transformers kept quiet meanwhile."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import pyarrow as pa
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -16,19 +16,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..io.sources import BatchSource
-
 _console = Console(stderr=True)
 
 
 @contextmanager
 def progress_bar(
-    label: str, *, total: int | None = None, unit: str = "", enabled: bool = True
+    label: str, *, total: int | None = None, unit: str = ""
 ) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)``; draws a bar on stderr when ``enabled``."""
-    if not enabled:
-        yield lambda n: None
-        return
+    """Yield ``advance(n)``; draws a bar on stderr (whether to draw one is the caller's
+    :class:`~phisieve.pipeline.work.Work`'s to decide)."""
     columns = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -60,15 +56,3 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(previous)
         if bars:
             hf_logging.enable_progress_bar()
-
-
-def counted(src: BatchSource, label: str, *, unit: str = "", enabled: bool = True) -> BatchSource:
-    """``src``, drawing a progress bar of the rows read each time it is read."""
-
-    def batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        with progress_bar(label, total=src.num_rows, unit=unit, enabled=enabled) as advance:
-            for batch in src.batches(columns):
-                yield batch
-                advance(batch.num_rows)
-
-    return BatchSource(batches, src.schema, src.reiterable, src.name, src.num_rows, src.path)

@@ -42,7 +42,14 @@ from .engine import Engine, LocalEngine
 from .stage import DATASET, DATASETS, FILE, FOLDER, PATH, SOURCE, Context, Input, Stage, require
 from .stats import Stats
 
-__all__ = ["finished", "input_identity", "run_stage", "second_pass", "stale_reason"]
+__all__ = [
+    "finished",
+    "input_identity",
+    "run_stage",
+    "second_pass",
+    "stale_reason",
+    "write_dataset",
+]
 
 
 def _is_path(value: Any) -> bool:
@@ -239,6 +246,27 @@ def run_stage(
             stage.finish(ctx, state)
             return writer.close(**ctx.stats)
     raise ValueError(f"unknown output kind {kind!r}")
+
+
+def write_dataset(
+    data: Any,
+    out: str | os.PathLike[str],
+    *,
+    stage: str = "table",
+    overwrite: bool = False,
+    **stats: Any,
+) -> dict[str, Any]:
+    """Write an Arrow table (or anything :func:`~phisieve.io.sources.open_source` reads: a
+    polars frame, a stream) as a complete phisieve dataset, e.g. documents prepared outside
+    ``ingest``; ``stage`` is the name its manifest records as the writer.
+
+    Returns the manifest; ``stats`` are recorded in it.
+    """
+    src = open_source(data)
+    with DatasetWriter(Path(out), src.schema, stage=stage, overwrite=overwrite) as writer:
+        for batch in src.batches(None):
+            writer.write(batch)
+        return writer.close(**stats)
 
 
 def second_pass(

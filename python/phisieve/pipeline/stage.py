@@ -8,14 +8,16 @@ A stage declares
 * its **inputs** (:class:`Input`: datasets, or paths such as a tokenizer folder or a key
   file) and its **output** (:class:`Output`: a dataset, a folder of datasets, a folder such
   as a model or a report, or a file), with the schema of a dataset output;
-* its work, as one of
+* its work, by its kind, each overriding one method:
 
-  - a **batch function** :meth:`Stage.map` over the record batches of its ``main`` input,
-    after an optional **reduce** :meth:`Stage.reduce` that reads the whole corpus first and
-    whose result the batch function receives (a patient's date shift, the corpus statistics
-    of the dictionaries, the index's counts...);
-  - or, for stages whose output is not a stream of rows (a model, a report), :meth:`Stage.
-    build`, which fills the folder (or file) the runner gives it.
+  - a :class:`MapStage`: a **batch function** :meth:`MapStage.map` over the record batches
+    of its ``main`` input, after an optional **reduce** :meth:`Stage.reduce` that reads the
+    whole corpus first and whose result the batch function receives (a patient's date
+    shift, the corpus statistics of the dictionaries...);
+  - a :class:`RowsStage`: :meth:`RowsStage.batches`, rows made from its reduce or from
+    nothing (the index's terms, generated notes);
+  - a :class:`BuildStage`, whose output is not a stream of rows (a model, a report):
+    :meth:`BuildStage.build`, which fills the folder (or file) the runner gives it.
 
 The runner (:mod:`phisieve.pipeline.runner`) alone checks the inputs and the output, opens
 the inputs, handles ``--overwrite`` and one-shot streams, records options and inputs' identity
@@ -26,7 +28,6 @@ and commits the output through the dataset contract (:mod:`phisieve.io.dataset`)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import InputError
 from .options import deciding, settings
 from .stats import Stats
+from .work import Work
 
 if TYPE_CHECKING:  # the declarations stay importable without pyarrow (an instant --help)
     import pyarrow as pa
@@ -108,8 +110,9 @@ class Output:
 
 
 @dataclass
-class Context:
-    """What the runner hands a stage: its opened inputs, progress bars and stats."""
+class Context(Work):
+    """What the runner hands a stage: its opened inputs, progress bars, stats and scratch
+    space beside the output (a :class:`~phisieve.pipeline.work.Work`)."""
 
     stage: Stage
     values: dict[str, Any]
@@ -124,6 +127,12 @@ class Context:
     engine: Any = None
     """Where the batch function and the reduce steps run
     (:class:`~phisieve.pipeline.engine.Engine`; the runner always gives one)."""
+
+    def scratch_root(self) -> Path:
+        """Scratch folders go beside the output, on the disk the user chose for it (hidden:
+        ``.phisieve-*``)."""
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        return self.out.parent
 
     def source(self, name: str) -> BatchSource:
         """The opened dataset input ``name``."""
@@ -174,14 +183,6 @@ class Context:
         cols = list(columns) if columns is not None else None
         return engine.scan(self, name, fn, cols, by=by, label=label)
 
-    @contextmanager
-    def bar(self, label: str, total: int | None, unit: str = "") -> Iterator[Callable[[int], None]]:
-        """A progress bar (nothing when progress is off); yields ``advance(n)``."""
-        from .progress import progress_bar
-
-        with progress_bar(label, total=total, unit=unit, enabled=self.progress) as advance:
-            yield advance
-
     def scan(
         self, name: str, columns: Iterable[str] | None = None, label: str | None = None
     ) -> Iterator[pa.RecordBatch]:
@@ -195,12 +196,17 @@ class Context:
 
 
 class Stage:
-    """Base class of every stage (see the module's documentation).
+    """What every stage declares (see the module's documentation); a stage is one of three
+    kinds, each overriding one method:
 
-    Subclasses set the class attributes and override :meth:`schema` and :meth:`map` (with
-    :meth:`reduce`, :meth:`flush` and :meth:`finish` as needed), or :meth:`batches` for a
-    stage that makes rows from nothing or from a reduce alone, or :meth:`build` for a
-    folder or file output.
+    * :class:`MapStage`: :meth:`MapStage.map`, a batch function over its main input;
+    * :class:`RowsStage`: :meth:`RowsStage.batches`, rows made from a reduce or from
+      nothing (the index's terms, generated notes);
+    * :class:`BuildStage`: :meth:`BuildStage.build`, a folder or a file (a model, a report).
+
+    Every kind may also check its options (:meth:`check`) and opened inputs (:meth:`open`),
+    read the whole corpus first (:meth:`reduce`) and add side files and statistics at the
+    end (:meth:`finish`).
     """
 
     name: ClassVar[str]
@@ -211,29 +217,10 @@ class Stage:
     """The options dataclass."""
     inputs: ClassVar[tuple[Input, ...]] = ()
     output: ClassVar[Output] = Output()
-    main: ClassVar[str | None] = None
-    """The dataset input :meth:`map` streams."""
-    columns: ClassVar[tuple[str, ...] | None] = None
-    """The columns of ``main`` that :meth:`map` reads (``None``: all)."""
     batch_rows: ClassVar[int] = 4096
     """Rows per record batch read from a dataset input (results never depend on it)."""
-    rows_per_part: ClassVar[int] = 100_000
-    """Rows per part file of a dataset output."""
     unit: ClassVar[str] = "documents"
     """What the progress bars count."""
-    two_pass: ClassVar[bool] = False
-    """The rows the batch function makes are read once more before they are written:
-    :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
-    numbers its sequences corpus-wide once every patient's sequences are counted)."""
-    distributed: ClassVar[bool] = False
-    """The batch function can run on a cluster (:mod:`phisieve.pipeline.ray_engine`): its
-    output for a batch depends on that batch alone (and, for a :attr:`grouped` stage, on
-    the patient's earlier rows), it counts in its :class:`Stats` or hands what it kept in
-    the state over through :meth:`gather`, and its output rows follow its input rows."""
-    grouped: ClassVar[bool] = False
-    """The batch function needs each patient's rows together and in order (``encode`` packs
-    a patient's documents into sequences): an engine that partitions the corpus keeps a
-    patient's rows in one partition, in their input order."""
 
     def __init__(self, options: Any = None, /, **values: Any) -> None:
         self.options = options if options is not None else self.Options(**values)
@@ -263,6 +250,55 @@ class Stage:
         """The kind of this run's output (a stage may choose by its options)."""
         return self.output.kind
 
+    # -- the work every kind shares ----------------------------------------------------------
+
+    def open(self, ctx: Context) -> None:
+        """Check the opened inputs further (columns beyond :attr:`Input.columns`, types)
+        before any work; called by the runner after it opened them."""
+
+    def reduce(self, ctx: Context) -> Any:
+        """Read what the work needs from the whole corpus; its result is the ``state`` every
+        later step receives. Default: nothing."""
+        return None
+
+    def finish(self, ctx: Context, state: Any) -> None:
+        """After the work, before the commit: side files (``ctx.writer.write_side``) and
+        final statistics (``ctx.stats``)."""
+
+
+class BuildStage(Stage):
+    """A stage whose output is a folder (a model, a tokenizer, a report) or a file (a key, a
+    word list): it overrides :meth:`build`."""
+
+    output: ClassVar[Output] = Output(FOLDER)
+
+    def build(self, ctx: Context, target: Path) -> None:
+        """Fill a :data:`FOLDER` output (``target`` is an empty folder) or write a
+        :data:`FILE` output (``target`` is the file to create)."""
+        raise NotImplementedError
+
+
+class RowsStage(Stage):
+    """A stage whose output is a dataset (or a folder of datasets) of rows it makes from its
+    reduce or from nothing: it overrides :meth:`batches` (and declares :meth:`schema`)."""
+
+    rows_per_part: ClassVar[int] = 100_000
+    """Rows per part file of a dataset output."""
+    main: ClassVar[str | None] = None
+    """The dataset input a :class:`MapStage` streams (``None``: none)."""
+    distributed: ClassVar[bool] = False
+    """Whether an engine may run the batch function on a cluster (:class:`MapStage`)."""
+    two_pass: ClassVar[bool] = False
+    """Whether the rows are read once more before they are written (:class:`MapStage`)."""
+
+    def schema(self, ctx: Context, state: Any) -> pa.Schema:
+        """The schema of the dataset output."""
+        raise NotImplementedError
+
+    def batches(self, ctx: Context, state: Any) -> Iterator[Any]:
+        """Every output batch (for a :data:`DATASETS` output, mappings part -> batch)."""
+        raise NotImplementedError
+
     def parts(self) -> list[str]:
         """The names of the datasets of a :data:`DATASETS` output."""
         raise NotImplementedError
@@ -271,20 +307,27 @@ class Stage:
         """The stats recorded in the manifest of one part of a :data:`DATASETS` output."""
         return {**stats, "part": part}
 
-    def schema(self, ctx: Context, state: Any) -> pa.Schema:
-        """The schema of a dataset output."""
-        raise NotImplementedError
 
-    # -- the work --------------------------------------------------------------------------
+class MapStage(RowsStage):
+    """A stage that streams its :attr:`main` input through a batch function: it overrides
+    :meth:`map` (with :meth:`flush` for rows left at the end). The batch function receives
+    the reduce's ``state`` and counts into its :class:`Stats`."""
 
-    def open(self, ctx: Context) -> None:
-        """Check the opened inputs further (columns beyond :attr:`Input.columns`, types)
-        before any work; called by the runner after it opened them."""
-
-    def reduce(self, ctx: Context) -> Any:
-        """Read what the batch function needs from the whole corpus; its result is the
-        ``state`` every later step receives. Default: nothing."""
-        return None
+    columns: ClassVar[tuple[str, ...] | None] = None
+    """The columns of ``main`` that :meth:`map` reads (``None``: all)."""
+    two_pass: ClassVar[bool] = False
+    """The rows the batch function makes are read once more before they are written:
+    :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
+    numbers its sequences corpus-wide once every patient's sequences are counted)."""
+    distributed: ClassVar[bool] = False
+    """The batch function can run on a cluster (:mod:`phisieve.pipeline.ray_engine`): its
+    output for a batch depends on that batch alone (and, for a :attr:`grouped` stage, on
+    the patient's earlier rows), it counts in its :class:`Stats` or hands what it kept in
+    the state over through :meth:`gather`, and its output rows follow its input rows."""
+    grouped: ClassVar[bool] = False
+    """The batch function needs each patient's rows together and in order (``encode`` packs
+    a patient's documents into sequences): an engine that partitions the corpus keeps a
+    patient's rows in one partition, in their input order."""
 
     def map(self, batch: pa.RecordBatch, state: Any, stats: Stats) -> Any:
         """The batch function: output rows (a record batch, several, or ``None``) for one
@@ -332,15 +375,6 @@ class Stage:
     def finalize(self, batch: pa.RecordBatch, settled: Any) -> pa.RecordBatch:
         """For a :attr:`two_pass` stage: an output batch as it is written."""
         return batch
-
-    def finish(self, ctx: Context, state: Any) -> None:
-        """After the last batch, before the commit: side files (``ctx.writer.write_side``)
-        and final statistics (``ctx.stats``)."""
-
-    def build(self, ctx: Context, target: Path) -> None:
-        """Fill a :data:`FOLDER` output (``target`` is an empty folder) or write a
-        :data:`FILE` output (``target`` is the file to create)."""
-        raise NotImplementedError
 
 
 def _many(out: Any) -> Iterator[Any]:

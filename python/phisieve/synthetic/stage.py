@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import InputError
 from ..pipeline.options import option
-from ..pipeline.stage import DATASET, FILE, Context, Output, Stage
+from ..pipeline.stage import DATASET, FILE, Context, Output, RowsStage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,7 +39,7 @@ class SynthOptions:
     words_per_note: str = option("60:400", "LO:HI whitespace tokens per note.")
 
 
-class SynthStage(Stage):
+class SynthStage(RowsStage):
     """``phisieve synth``: a synthetic MIMIC-III-style corpus, a pure function of the seed.
 
     No input; patient ``i``'s notes depend on ``(seed, i)`` only, generated patient by

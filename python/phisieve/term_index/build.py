@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from ..errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedEr
 from ..io.dataset import dataset_files, side_file
 from ..io.schema import TERMS
 from ..io.sources import BatchSource, open_source, require_columns, string_array
-from ..pipeline.progress import progress_bar
+from ..pipeline.work import Work, work
 from ..protection.scope import (
     DEFAULT_MIN_SHARE,
     DEFAULT_SCOPE,
@@ -186,7 +185,7 @@ def _run_pass(
     budget: int | None,
     report: IndexReport,
     label: str,
-    show: bool,
+    ctx: Work,
     each: Callable[[pa.RecordBatch], None] | None = None,
     ngram: int = 1,
 ) -> tuple[float, float]:
@@ -208,7 +207,7 @@ def _run_pass(
             return None
         return int(min(max(budget / STEP_SHARE / growth, MIN_PIECE), budget / READ_SHARE))
 
-    with progress_bar(label, total=src.num_rows, unit="docs", enabled=show) as advance:
+    with ctx.bar(label, src.num_rows, "docs") as advance:
         for batch in src.batches(cols):
             for piece in _pieces(batch, 1, piece_bytes):
                 before = builder.peak_bytes()
@@ -248,12 +247,12 @@ def index(
     memory_budget: int | str | None = None,
     threads: int = 0,
     batch_size: int = 16_384,
-    progress: bool = False,
     report: IndexReport | None = None,
     spans: str | Path | pa.Table | None = None,
     doc_col: str = "doc_id",
     direct_scope: str = DEFAULT_SCOPE,
     min_share: float = DEFAULT_MIN_SHARE,
+    ctx: Work | None = None,
 ) -> pa.Table:
     """Build the patient x term index of a corpus.
 
@@ -286,8 +285,6 @@ def index(
         Worker threads (0: all cores). Results do not depend on it.
     batch_size
         Rows per record batch read from a dataset. Results do not depend on it.
-    progress
-        Show a progress bar.
     report
         Filled with totals (documents, tokens, patients, passes) when given.
     spans, doc_col
@@ -302,6 +299,10 @@ def index(
         ``min_share`` of the occurrences lie inside spans; ``corpus`` every word found
         inside a span; ``patient`` and ``span`` none (their protection is per patient and
         per document, applied by ``encode``).
+    ctx
+        Where progress is drawn and the sorted copy of an input not grouped by patient is
+        kept (:class:`~phisieve.pipeline.work.Work`; default: nothing drawn, the system's
+        temporary folder).
 
     Returns
     -------
@@ -321,6 +322,7 @@ def index(
         raise ConfigError(f"k must be at least 1, got {k}")
     check_scope(direct_scope, min_share)
     report = report if report is not None else IndexReport()
+    ctx = work(ctx)
     src = open_source(source, batch_size=batch_size)
     cols = [patient_col, text_col] + ([doc_col] if spans is not None else [])
     require_columns(src.schema, cols, src.name)
@@ -335,12 +337,12 @@ def index(
         columns = [string_array(batch.column(i)) for i in (2, 1)]  # doc, text
         span_words.add(*columns, normalize)
 
-    with tempfile.TemporaryDirectory(prefix="phisieve-index-") as tmp:
+    with ctx.scratch("index") as tmp:
         # In small batches under a budget.
         rows = _read_rows(budget, batch_size)
         src = _lean_source(src, rows)
         if src.reiterable and not is_grouped(src, patient_col):
-            src = _sorted_copy(src, cols, Path(tmp))
+            src = _sorted_copy(src, cols, tmp)
             report.sorted_input = True
             src = _lean_source(src, rows)
         pending = [(1, 0)]
@@ -366,7 +368,7 @@ def index(
                 each = collect
             try:
                 overflow, fixed = _run_pass(
-                    src, cols, builder, budget, report, label, progress, each, ngram
+                    src, cols, builder, budget, report, label, ctx, each, ngram
                 )
             except NotGroupedError:
                 raise NotGroupedError(
@@ -670,18 +672,20 @@ def protected_share(
     normalize: str = "nfkc_lower",
     text_col: str = "text",
     batch_size: int = 16_384,
-    progress: bool = False,
     memory_budget: int | str | None = None,
+    ctx: Work | None = None,
 ) -> dict[str, float | int]:
     """Share of word occurrences each n-gram policy protects.
 
     ``all`` protects every word of every indirect n-gram; ``minimal`` only the last word of
     minimal indirect n-grams (no indirect sub-gram). With unigrams both equal the share of
     indirect word occurrences. Under ``memory_budget`` the text is read and marked by
-    pieces, as the index reads it.
+    pieces, as the index reads it. ``ctx`` draws the progress
+    (:class:`~phisieve.pipeline.work.Work`).
     """
-    counts = ProtectedCounts(terms, normalize, text_col, batch_size, memory_budget, progress)
-    return shares([counts(source)])
+    counts = ProtectedCounts(terms, normalize, text_col, batch_size, memory_budget)
+    src = open_source(source, batch_size=batch_size)
+    return shares([counts(work(ctx).counted(src, "protected share", "docs"))])
 
 
 class ProtectedCounts:
@@ -696,10 +700,9 @@ class ProtectedCounts:
         text_col: str = "text",
         batch_size: int = 16_384,
         memory_budget: int | str | None = None,
-        progress: bool = False,
     ) -> None:
         self.terms, self.normalize, self.text_col = terms, normalize, text_col
-        self.batch_size, self.progress = batch_size, progress
+        self.batch_size = batch_size
         self.budget = parse_size(memory_budget)
         self._marker: Any = None
 
@@ -716,15 +719,11 @@ class ProtectedCounts:
             src = _lean_source(src, _read_rows(self.budget, self.batch_size))
             piece_bytes = max(self.budget // READ_SHARE, MIN_PIECE)
         total = {"words": 0, "all": 0, "minimal": 0}
-        with progress_bar(
-            "protected share", total=src.num_rows, unit="docs", enabled=self.progress
-        ) as advance:
-            for batch in src.batches([self.text_col]):
-                for piece in _pieces(batch, 0, lambda: piece_bytes):
-                    c = self._marker.counts(string_array(piece.column(0)))
-                    for key in total:
-                        total[key] += c[key]
-                advance(batch.num_rows)
+        for batch in src.batches([self.text_col]):
+            for piece in _pieces(batch, 0, lambda: piece_bytes):
+                c = self._marker.counts(string_array(piece.column(0)))
+                for key in total:
+                    total[key] += c[key]
         return total
 
 

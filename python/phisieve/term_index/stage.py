@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import Context, Input, Stage
+from ..pipeline.stage import Context, Input, RowsStage
 from ..protection.policy import (
     DEFAULT_MIN_SHARE,
     DEFAULT_SCOPE,
@@ -58,7 +58,7 @@ class _Index:
     execution: dict[str, Any]
 
 
-class IndexStage(Stage):
+class IndexStage(RowsStage):
     """``phisieve index``: the patient x term index (:func:`phisieve.term_index.index`).
 
     The stage is a reduce: the whole corpus is counted (in hash partitions under a memory
@@ -120,7 +120,7 @@ class IndexStage(Stage):
                 memory_budget=o.memory_budget,
                 threads=o.threads,
                 batch_size=self.batch_rows,
-                progress=ctx.progress,
+                ctx=ctx.detached(),
                 spans=None if spans is None else spans.table(["doc_id", "spans"]),
                 direct_scope=o.direct_scope,
                 min_share=o.min_share,
@@ -191,7 +191,7 @@ class MergeOptions:
     )
 
 
-class MergeStage(Stage):
+class MergeStage(RowsStage):
     """``phisieve merge``: the terms of shards of a corpus, indexed separately, as one index
     (:func:`phisieve.term_index.merge_terms`): counts (``in_span`` included) add, the kept
     ``patient_ids`` are the k smallest of the union by the id hash, and ``direct`` is marked

@@ -15,7 +15,7 @@ from typing import Any
 from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
-from ..pipeline.stage import FOLDER, PATH, Context, Input, Output, Stage, require
+from ..pipeline.stage import FOLDER, PATH, BuildStage, Context, Input, Output, require
 
 loop = LazyModule(".loop", __package__)
 model_init = LazyModule(".model_init", __package__)
@@ -43,7 +43,7 @@ class TokenizerOptions:
     text_col: str = option("text", "Note text column.")
 
 
-class TokenizerStage(Stage):
+class TokenizerStage(BuildStage):
     """``phisieve tokenizer``: a tokenizer learnt on a documents dataset's text, one line at
     a time (:func:`~phisieve.training.tokenizers.train_wordpiece`,
     :func:`~phisieve.training.tokenizers.train_bpe`); deterministic."""
@@ -99,7 +99,7 @@ class InitModelOptions:
     seed: int = option(0, "Seed of the random weights.")
 
 
-class InitModelStage(Stage):
+class InitModelStage(BuildStage):
     """``phisieve init-model``: a new model with seeded random weights, sized for the
     tokenizer's vocabulary, saved with the tokenizer (a folder ``train`` and ``audit`` load).
     The same options and tokenizer give the same bytes."""
@@ -282,7 +282,7 @@ class TrainOptions:
         )
 
 
-class TrainStage(Stage):
+class TrainStage(BuildStage):
     """``phisieve train``: a masked or causal LM fine-tuned on an encoded dataset with a
     (privacy-preserving) objective. The output is the model folder, written atomically;
     ``metrics.jsonl`` and ``train.json`` go beside it in ``OUT.meta/``."""

@@ -1,5 +1,5 @@
 """What every reader shares: the reasons, :class:`Rejection`, the options, the stream,
-and opening, progress and error helpers."""
+and opening, bytes-read and error helpers."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def _tell(raw: IO[bytes] | pa.NativeFile) -> Callable[[], int]:
     return bytes_read
 
 
-class _Progress:
+class _BytesRead:
     """Bytes of input read so far: the sizes of the files done plus the current file's
     position (``current``, set by the file's reader)."""
 
@@ -219,13 +219,13 @@ class _Progress:
 
 
 def _over_files(
-    files: list[Path], progress: _Progress, read: Callable[[Path], Iterator[_Chunk]]
+    files: list[Path], position: _BytesRead, read: Callable[[Path], Iterator[_Chunk]]
 ) -> Iterator[_Chunk]:
     """The chunks of ``read(file)`` for each file in turn."""
     for file in files:
         size = file.stat().st_size
         yield from read(file)
-        progress.finish(size)
+        position.finish(size)
 
 
 def _arrow_errors(

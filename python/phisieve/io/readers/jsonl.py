@@ -18,11 +18,11 @@ from .common import (
     WRONG_TYPE,
     DocumentStream,
     Rejection,
+    _BytesRead,
     _Chunk,
     _open_binary,
     _Options,
     _over_files,
-    _Progress,
     _tell,
     _undecodable_reason,
 )
@@ -33,13 +33,13 @@ from .sniff import _file_stem, _input_files, _total_size
 def _open_jsonl(path: Path, opts: _Options) -> DocumentStream:
     files = _input_files(path, "jsonl")
     cols = {role: opts.columns[role] or _TABLE_COLUMNS[role] for role in _ROLES}
-    progress = _Progress()
+    position = _BytesRead()
     chunks = _over_files(
         files,
-        progress,
-        lambda f: _jsonl_chunks(f, _file_stem(path, f), cols, opts, progress),
+        position,
+        lambda f: _jsonl_chunks(f, _file_stem(path, f), cols, opts, position),
     )
-    return DocumentStream(DOCUMENTS, "jsonl", path, chunks, progress, _total_size(files))
+    return DocumentStream(DOCUMENTS, "jsonl", path, chunks, position, _total_size(files))
 
 
 class _BadValue(Exception):
@@ -48,12 +48,12 @@ class _BadValue(Exception):
 
 
 def _jsonl_chunks(
-    path: Path, stem: str, cols: dict[str, str], opts: _Options, progress: _Progress
+    path: Path, stem: str, cols: dict[str, str], opts: _Options, position: _BytesRead
 ) -> Iterator[_Chunk]:
     source = str(path)
     lines: list[tuple[int, bytes]] = []
     with _open_binary(path) as (data, raw):
-        progress.current = _tell(raw)
+        position.current = _tell(raw)
         for index, line in enumerate(data):
             if not line.strip():
                 continue

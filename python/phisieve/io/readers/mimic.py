@@ -58,6 +58,7 @@ from .common import (
     DocumentStream,
     Rejection,
     _arrow_errors,
+    _BytesRead,
     _Chunk,
     _column,
     _empty,
@@ -66,7 +67,6 @@ from .common import (
     _open_binary,
     _Options,
     _over_files,
-    _Progress,
     _tell,
 )
 from .csv_repair import _MARK_PREFIX, _MARKS, _QuoteCheck, _QuoteRepair
@@ -105,12 +105,12 @@ def _open_mimic(path: Path, opts: _Options) -> DocumentStream:
     layouts = [_csv_layout(path, f, opts) for f in files]
     extras = [n.lower() for n in _MIMIC_EXTRAS if any(n.lower() in lay.extras for lay in layouts)]
     schema = pa.schema([*DOCUMENTS, *(pa.field(name, pa.string()) for name in extras)])
-    progress = _Progress()
+    position = _BytesRead()
     by_path = {lay.path: lay for lay in layouts}
     chunks = _over_files(
-        files, progress, lambda f: _mimic_chunks(by_path[f], schema, opts, progress)
+        files, position, lambda f: _mimic_chunks(by_path[f], schema, opts, position)
     )
-    return DocumentStream(schema, "mimic", path, chunks, progress, _total_size(files))
+    return DocumentStream(schema, "mimic", path, chunks, position, _total_size(files))
 
 
 def _csv_layout(root: Path, path: Path, opts: _Options) -> _CsvLayout:
@@ -201,7 +201,7 @@ class _RowPlacer:
 
 
 def _mimic_chunks(
-    layout: _CsvLayout, schema: pa.Schema, opts: _Options, progress: _Progress
+    layout: _CsvLayout, schema: pa.Schema, opts: _Options, position: _BytesRead
 ) -> Iterator[_Chunk]:
     source = str(layout.path)
     used = [c for c in layout.cols.values() if c is not None] + list(layout.extras.values())
@@ -210,7 +210,7 @@ def _mimic_chunks(
     check = _quote_check(layout)
     block = _CSV_BLOCK_BYTES
     raw = pa.OSFile(source, "rb")
-    progress.current = _tell(raw)
+    position.current = _tell(raw)
     try:
         data = pa.CompressedInputStream(raw, "gzip") if _is_gzip(layout.path) else raw
         repair = _QuoteRepair(data, check, len(layout.header), layout.path, block)

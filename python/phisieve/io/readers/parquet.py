@@ -17,11 +17,11 @@ from .common import (
     _TABLE_COLUMNS,
     DocumentStream,
     _arrow_errors,
+    _BytesRead,
     _Chunk,
     _column,
     _Options,
     _over_files,
-    _Progress,
 )
 from .rows import _finish, _Raw
 from .sniff import _check_duplicates, _file_stem, _looks_like_name, _resolve_columns, _total_size
@@ -42,10 +42,10 @@ def _open_parquet(path: Path, opts: _Options) -> DocumentStream:
     schemas = [_parquet_schema(f) for f in files]
     layouts = [_parquet_layout(path, f, s, opts) for f, s in zip(files, schemas, strict=True)]
     schema = pa.schema([*DOCUMENTS, *_extra_fields(layouts, schemas)])
-    progress = _Progress()
+    position = _BytesRead()
     by_path = {lay.path: lay for lay in layouts}
-    chunks = _over_files(files, progress, lambda f: _parquet_chunks(by_path[f], schema, opts))
-    return DocumentStream(schema, "parquet", path, chunks, progress, _total_size(files))
+    chunks = _over_files(files, position, lambda f: _parquet_chunks(by_path[f], schema, opts))
+    return DocumentStream(schema, "parquet", path, chunks, position, _total_size(files))
 
 
 def _parquet_schema(path: Path) -> pa.Schema:

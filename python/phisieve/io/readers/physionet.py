@@ -15,11 +15,11 @@ from .common import (
     MALFORMED,
     DocumentStream,
     Rejection,
+    _BytesRead,
     _Chunk,
     _open_binary,
     _Options,
     _over_files,
-    _Progress,
     _tell,
     _undecodable_reason,
 )
@@ -44,22 +44,22 @@ class _Record:
 
 def _open_physionet(path: Path, opts: _Options) -> DocumentStream:
     files = _input_files(path, "physionet")
-    progress = _Progress()
+    position = _BytesRead()
     chunks = _over_files(
         files,
-        progress,
-        lambda f: _physionet_chunks(f, _file_stem(path, f), opts, progress),
+        position,
+        lambda f: _physionet_chunks(f, _file_stem(path, f), opts, position),
     )
-    return DocumentStream(DOCUMENTS, "physionet", path, chunks, progress, _total_size(files))
+    return DocumentStream(DOCUMENTS, "physionet", path, chunks, position, _total_size(files))
 
 
 def _physionet_chunks(
-    path: Path, stem: str, opts: _Options, progress: _Progress
+    path: Path, stem: str, opts: _Options, position: _BytesRead
 ) -> Iterator[_Chunk]:
     source = str(path)
     records: list[_Record] = []
     with _open_binary(path) as (data, raw):
-        progress.current = _tell(raw)
+        position.current = _tell(raw)
         for record in _physionet_records(data):
             records.append(record)
             if len(records) == opts.batch_rows:

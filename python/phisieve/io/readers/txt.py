@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ...errors import InputError
 from ..schema import DOCUMENTS
-from .common import NO_PATIENT, UNREADABLE, DocumentStream, Rejection, _Chunk, _Options, _Progress
+from .common import NO_PATIENT, UNREADABLE, DocumentStream, Rejection, _BytesRead, _Chunk, _Options
 from .rows import _finish, _Raw
 from .sniff import _input_files
 
@@ -23,9 +23,9 @@ def _open_txt(path: Path, opts: _Options) -> DocumentStream:
     files = [p.relative_to(path).as_posix() for p in _input_files(path, "txt")]
     mapping = None if opts.id_map is None else _read_id_map(opts.id_map)
     sizes = [(path / f).stat().st_size for f in files]
-    progress = _Progress()
-    chunks = _txt_chunks(path, files, sizes, mapping, opts, progress)
-    return DocumentStream(DOCUMENTS, "txt", path, chunks, progress, sum(sizes))
+    position = _BytesRead()
+    chunks = _txt_chunks(path, files, sizes, mapping, opts, position)
+    return DocumentStream(DOCUMENTS, "txt", path, chunks, position, sum(sizes))
 
 
 def _read_id_map(id_map: Path) -> dict[str, tuple[str, str | None]]:
@@ -68,12 +68,12 @@ def _txt_chunks(
     sizes: list[int],
     mapping: dict[str, tuple[str, str | None]] | None,
     opts: _Options,
-    progress: _Progress,
+    position: _BytesRead,
 ) -> Iterator[_Chunk]:
     step = opts.batch_rows
     for start in range(0, len(files), step):
         yield _txt_chunk(root, files[start : start + step], start, mapping, opts.encoding)
-        progress.finish(sum(sizes[start : start + step]))
+        position.finish(sum(sizes[start : start + step]))
 
 
 def _txt_patient(
