@@ -291,8 +291,9 @@ def test_placeholders_do_not_depend_on_batch_size(physionet_dir, physionet_place
 def test_the_placeholders_batch_function_takes_any_subset_of_rows(
     physionet_dir, physionet_placeholders
 ):
-    # One reduce (the ids), then the batch function over the notes shuffled and cut anywhere:
-    # each note comes out as the whole run wrote it, and the counts add up to the run's.
+    # One reduce (the ids), then the stage's splice (to_placeholders with the corpus's id
+    # table) over the notes shuffled and cut anywhere: each note comes out as the whole run
+    # wrote it, and the counts add up to the run's.
     want, manifest = physionet_placeholders
     stage = PlaceholdersStage()
     ctx = Context(
@@ -311,7 +312,10 @@ def test_the_placeholders_batch_function_takes_any_subset_of_rows(
     while at < documents.num_rows:
         k = int(rng.integers(1, 400))
         for batch in documents.slice(at, k).to_batches():
-            got.update(_by_doc(stage.map(batch, state, stats)))
+            out, counts = to_placeholders(batch, state.spans, ids=state.ids)
+            counts.pop("spans_without_document")
+            stats.merge(counts)
+            got.update(_by_doc(out))
         at += k
     assert got == _by_doc(want)
     for key in ("spans", "placeholders", "merged", "by_category"):
