@@ -45,7 +45,7 @@ def main() -> None:
     from phisieve import read_documents
     from phisieve.detect.recognizers.presidio import PresidioRecognizer
     from phisieve.detect.run import detect, evaluate
-    from phisieve.io.physionet import read_physionet_gold
+    from phisieve.io.annotated import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(corpus() / "id.text")])
     if args.notes:

@@ -80,7 +80,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from phisieve.detect.cv import folds
-    from phisieve.io.physionet import read_physionet
+    from phisieve.io.annotated import read_physionet
 
     documents, gold = read_physionet(corpus())
     patients = documents.column("patient_id").cast(pa.string()).to_pylist()

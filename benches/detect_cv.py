@@ -66,7 +66,7 @@ def main() -> None:
     from phisieve.detect.run import detect, evaluate
     from phisieve.detect.stage import DetectTrainOptions
     from phisieve.detect.train import train_recognizer
-    from phisieve.io.physionet import read_physionet
+    from phisieve.io.annotated import read_physionet
 
     base = args.base or minilm()
     documents, gold = read_physionet(corpus())

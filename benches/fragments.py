@@ -31,7 +31,7 @@ from typing import Any
 
 from phisieve.detect.stage import DetectStage
 from phisieve.fragments.stage import FragmentStage
-from phisieve.io.physionet import PHYSIONET_LABELS, read_physionet
+from phisieve.io.annotated import PHYSIONET_LABELS, read_physionet
 from phisieve.pipeline.runner import run_stage, write_dataset
 from phisieve.term_index.stage import IndexStage
 

@@ -76,8 +76,8 @@ from phisieve import ingest, write_index
 from phisieve.corpus.split import split as split_patients
 from phisieve.detect.run import write_spans
 from phisieve.encode import encode
+from phisieve.io.annotated import read_physionet_gold
 from phisieve.io.dataset import dataset_files
-from phisieve.io.physionet import read_physionet_gold
 from phisieve.phi.canaries import insert_canaries
 from phisieve.phi.surrogate import surrogate
 from phisieve.pipeline.runner import write_dataset
@@ -317,8 +317,8 @@ def _reference_lines(docs_dir: Path) -> list[str]:
 
 def train_tokenizers(reference_docs: Path, out: Path, size: dict[str, Any]) -> dict[str, Path]:
     """A WordPiece tokenizer (BERT) and a byte-level BPE (GPT-2) learnt on the reference
-    split's text only (:mod:`phisieve.training.tokenizers`)."""
-    from phisieve.training.tokenizers import train_bpe, train_wordpiece
+    split's text only (:mod:`phisieve.training.learn_tokenizer`)."""
+    from phisieve.training.learn_tokenizer import train_bpe, train_wordpiece
 
     lines = _reference_lines(reference_docs)
     paths = {"bert": out / "tokenizer-wordpiece", "gpt": out / "tokenizer-bpe"}

@@ -68,7 +68,7 @@ def minilm() -> Path:
 @pytest.fixture(scope="session")
 def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPT-2-style byte-level BPE tokenizer trained on the PhysioNet notes."""
-    from phisieve.training.tokenizers import train_bpe
+    from phisieve.training.learn_tokenizer import train_bpe
 
     text = (physionet_dir / "id.text").read_text(encoding="utf-8", errors="replace")
     out = tmp_path_factory.mktemp("bpe")

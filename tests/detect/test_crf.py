@@ -39,7 +39,7 @@ from phisieve.detect.recognizers.crf import (
 from phisieve.detect.run import detect, detector
 from phisieve.detect.stage import DEFAULT_RECOGNIZERS, CrfTrainOptions
 from phisieve.errors import ConfigError, MissingDependencyError, MissingModelError, PhisieveError
-from phisieve.io.physionet import read_physionet
+from phisieve.io.annotated import read_physionet
 from phisieve.io.sources import open_source
 from phisieve.phi.augment import refilled
 from phisieve.text.words import tokenize

@@ -242,7 +242,7 @@ def test_presidio_needs_an_installed_model_and_never_downloads():
 def test_presidio_anchor_on_physionet(physionet_dir):
     """Presidio's defaults on the first 120 notes: what DESIGN.md §3 calls a poor anchor."""
     from phisieve import read_documents
-    from phisieve.io.physionet import read_physionet_gold
+    from phisieve.io.annotated import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(physionet_dir / "id.text")])
     documents = documents.slice(0, 120)

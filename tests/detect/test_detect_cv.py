@@ -13,7 +13,7 @@ from phisieve.detect.cv import cross_validate, folds, summarise
 from phisieve.detect.learnt import learn_deny_list, write_word_list
 from phisieve.detect.run import detect, evaluate, read_word_list
 from phisieve.errors import ConfigError
-from phisieve.io.physionet import read_physionet
+from phisieve.io.annotated import read_physionet
 from phisieve.io.schema import spans_array
 
 

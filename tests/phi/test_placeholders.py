@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import phisieve
 from phisieve.errors import InputError
-from phisieve.io.physionet import read_physionet
+from phisieve.io.annotated import read_physionet
 from phisieve.io.schema import SPANS
 from phisieve.phi.gold import placeholder_ids, placeholders, to_placeholders
 from phisieve.phi.placeholders import find, kind_of, report, sex_of

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from phisieve import _core
 from phisieve.cli import main
 from phisieve.errors import ConfigError, InputError
+from phisieve.io.annotated import PHYSIONET_LABELS, read_physionet_gold
 from phisieve.io.dataset import read_manifest, side_file
-from phisieve.io.physionet import PHYSIONET_LABELS, read_physionet_gold
 from phisieve.phi.gold import (
     CATEGORY_OF_KIND,
     placeholder_text,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from phisieve.encode.tokenizer import SpecialTokens, load_tokenizer
-from phisieve.training.tokenizers import train_bpe, train_wordpiece
+from phisieve.training.learn_tokenizer import train_bpe, train_wordpiece
 
 LINES = [
     "Pt seen by Dr. Smith on 3/4, BP 120/80, afebrile.",

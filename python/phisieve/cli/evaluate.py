@@ -90,8 +90,8 @@ def detect_eval(
     """Span recall, character precision and recall per gold category, and notes/s; with
     --cv K, their mean ± sd over K patient-level folds."""
     from ..detect.run import evaluate_corpus
+    from ..io.annotated import read_physionet
     from ..io.dataset import FILE, check_output
-    from ..io.physionet import read_physionet
 
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)
@@ -173,8 +173,8 @@ def coverage(
     """Protection on annotated notes: detect -> index --spans -> encode --terms --spans, then
     the share of gold PHI tokens protected and the share of all tokens protected."""
     from ..encode.coverage import coverage as run
+    from ..io.annotated import read_physionet
     from ..io.dataset import FILE, check_output
-    from ..io.physionet import read_physionet
 
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)

@@ -559,7 +559,7 @@ def evaluate_corpus(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
-    from ..io.physionet import read_physionet
+    from ..io.annotated import read_physionet
 
     documents, gold = read_physionet(corpus)
     t = time.perf_counter()

@@ -386,7 +386,7 @@ class LearnDenyStage(BuildStage):
     output = Output(FILE, "The deny list file to write.")
 
     def build(self, ctx: Context, target: Path) -> None:
-        from ..io.physionet import read_physionet
+        from ..io.annotated import read_physionet
 
         documents, gold = read_physionet(ctx.path("corpus"))
         o = self.options

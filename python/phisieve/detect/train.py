@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, InputError
-from ..io.physionet import is_physionet, read_physionet
+from ..io.annotated import is_physionet, read_physionet
 from ..io.sources import open_source, read_spans, require_columns
 from ..pipeline.work import Work, work
 from .labels import CATEGORIES, LABELS, category

@@ -7,5 +7,5 @@
 * :mod:`phisieve.io.schema` — the Arrow schemas stages exchange;
 * :mod:`phisieve.io.readers` — notes from MIMIC-III CSV, PhysioNet deid, JSONL, Parquet and
   text folders, bad rows rejected with a reason (never their text);
-* :mod:`phisieve.io.physionet` — a PhysioNet deid folder's notes and gold spans.
+* :mod:`phisieve.io.annotated` — a PhysioNet deid folder's notes and gold spans.
 """

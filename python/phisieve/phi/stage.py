@@ -247,7 +247,7 @@ class PlaceholdersStage(RowsStage):
             raise InputError("give a PhysioNet corpus folder, or documents with their spans")
 
     def reduce(self, ctx: Context) -> gold._Gold:
-        from ..io.physionet import read_physionet
+        from ..io.annotated import read_physionet
         from ..io.sources import require_columns
 
         if ctx.path("corpus") is not None:

@@ -6,7 +6,7 @@
 * :mod:`phisieve.training.loaders` — PyTorch datasets, loaders and a collator;
 * :mod:`phisieve.training.loop` — ``phisieve train``: the training loop;
 * :mod:`phisieve.training.dp` — DP-SGD with the patient as the privacy unit;
-* :mod:`phisieve.training.tokenizers` — WordPiece and byte-level BPE tokenizers learnt
+* :mod:`phisieve.training.learn_tokenizer` — WordPiece and byte-level BPE tokenizers learnt
   offline;
 * :mod:`phisieve.training.model_init` — a small model with seeded random weights.
 """

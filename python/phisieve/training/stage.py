@@ -1,6 +1,6 @@
 """The training stages: ``tokenizer``, ``init-model`` and ``train``, their options and
 inputs, declared without importing what they need to run (torch, transformers, tokenizers,
-pyarrow...): the algorithms (:mod:`phisieve.training.tokenizers`,
+pyarrow...): the algorithms (:mod:`phisieve.training.learn_tokenizer`,
 :mod:`phisieve.training.model_init`, :mod:`phisieve.training.loop`) are imported when a stage
 runs."""
 
@@ -45,8 +45,8 @@ class TokenizerOptions:
 
 class TokenizerStage(BuildStage):
     """``phisieve tokenizer``: a tokenizer learnt on a documents dataset's text, one line at
-    a time (:func:`~phisieve.training.tokenizers.train_wordpiece`,
-    :func:`~phisieve.training.tokenizers.train_bpe`); deterministic."""
+    a time (:func:`~phisieve.training.learn_tokenizer.train_wordpiece`,
+    :func:`~phisieve.training.learn_tokenizer.train_bpe`); deterministic."""
 
     name = "tokenizer"
     help = (
@@ -64,7 +64,7 @@ class TokenizerStage(BuildStage):
             raise ConfigError(f"--vocab-size must be at least 16, not {self.options.vocab_size}")
 
     def build(self, ctx: Context, target: Path) -> None:
-        from .tokenizers import train_bpe, train_wordpiece
+        from .learn_tokenizer import train_bpe, train_wordpiece
 
         o = self.options
         require(ctx.source("docs"), [o.text_col])

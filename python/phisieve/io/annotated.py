@@ -1,5 +1,6 @@
-"""PhysioNet deid folders (``id.text`` and ``id-phi.phrase``), read in one place: the notes
-as a ``documents`` table and the gold PHI annotations as a ``spans`` table."""
+"""Annotated notes: PhysioNet deid folders (``id.text`` and ``id-phi.phrase``), read in one
+place: the notes as a ``documents`` table and the gold PHI annotations as a ``spans`` table
+(the notes alone, for ``ingest``, are :mod:`phisieve.io.readers.physionet`'s)."""
 
 from __future__ import annotations
 
