@@ -16,6 +16,8 @@ A stage declares
     of the dictionaries, the index's counts...);
   - or, for stages whose output is not a stream of rows (a model, a report), :meth:`Stage.
     build`, which fills the folder (or file) the runner gives it.
+* its **summary** (:mod:`phisieve.pipeline.summary`): what its command prints, read from the
+  output's manifest once it is committed.
 
 The runner (:mod:`phisieve.pipeline.runner`) alone checks the inputs and the output, opens
 the inputs, handles ``--overwrite`` and one-shot streams, records options and inputs' identity
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import InputError
 from .options import deciding, settings
 from .stats import Stats
+from .summary import Summary
 
 if TYPE_CHECKING:  # the declarations stay importable without pyarrow (an instant --help)
     import pyarrow as pa
@@ -221,6 +224,9 @@ class Stage:
     """Rows per part file of a dataset output."""
     unit: ClassVar[str] = "documents"
     """What the progress bars count."""
+    summary: ClassVar[Summary] = ("written to {out}",)
+    """What the command line prints once the output is committed, read from its manifest
+    (:mod:`phisieve.pipeline.summary`)."""
     two_pass: ClassVar[bool] = False
     """The rows the batch function makes are read once more before they are written:
     :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
