@@ -163,6 +163,7 @@ class DetectStage(Stage):
     main = "docs"
     distributed = True
     columns = ("doc_id", "text")
+    summary = ("{rows:,} documents, {spans_found:,} spans written to {out}",)
 
     def check(self) -> None:
         names = parse_recognizers(self.options.recognizers)
@@ -275,6 +276,10 @@ class DetectTrainStage(Stage):
         ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
+    summary = (
+        "trained on {notes:,} notes ({windows:,} windows, {steps:,} steps, final loss "
+        "{final_loss:.4f}) in {seconds:.0f} s on {device}: {out}",
+    )
 
     def check(self) -> None:
         check_options(self.options)
@@ -338,6 +343,10 @@ class DetectTrainCrfStage(Stage):
         ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
+    summary = (
+        "CRF trained on {notes:,} notes ({words:,} words, {phi_words:,} of them PHI) in "
+        "{seconds:.0f} s: {out}",
+    )
 
     def check(self) -> None:
         check_crf_options(self.options)
@@ -378,6 +387,7 @@ class LearnDenyStage(Stage):
               positional=True),
     )  # fmt: skip
     output = Output(FILE, "The deny list file to write.")
+    summary = ("{words:,} words learnt from {notes:,} notes: {out}",)
 
     def build(self, ctx: Context, target: Path) -> None:
         from ..io.physionet import read_physionet
