@@ -133,7 +133,9 @@ def test_surrogate_names_unknown_categories_only_when_the_manifest_does() -> Non
     assert "unknown category '[bold]X[/] Y': 3" in got
     assert "--report-unknown-categories" not in got
     assert "2 date placeholders were no calendar date" in got
-    assert "2 unknown categories" not in show("surrogate", {**SURROGATE, "unknown": {"categories": 0}})
+    assert "2 unknown categories" not in show(
+        "surrogate", {**SURROGATE, "unknown": {"categories": 0}}
+    )
 
 
 def test_split_shows_every_part() -> None:
