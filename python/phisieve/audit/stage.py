@@ -12,6 +12,7 @@ from typing import Any
 from .._lazy import LazyModule
 from ..pipeline.options import option
 from ..pipeline.stage import FOLDER, PATH, BuildStage, Context, Input, Output
+from ..pipeline.summary import Line, Table
 
 run = LazyModule(".run", __package__)
 
@@ -57,6 +58,23 @@ class AuditStage(BuildStage):
         Input("tokenizer", "Tokenizer the data was encoded with.", kind=PATH, required=False),
     )  # fmt: skip
     output = Output(FOLDER, "The report folder to write.")
+    summary = (
+        Line("audit of {options[label]}", when="options[label]"),
+        Line("audit of {inputs[model][path]}", unless="options[label]"),
+        Table(
+            "verdict",
+            "verdict",
+            (
+                ("measure", "{measure}"),
+                ("value", "{value:.3f}"),
+                ("95% CI", "\\[{ci[0]:.3f}, {ci[1]:.3f}]"),
+                ("reading", "{reading}"),
+            ),
+            left=("reading",),
+            level="level",
+        ),
+        "report: {out}/index.html",
+    )
 
     def build(self, ctx: Context, target: Path) -> None:
         def path(name: str) -> Any:
@@ -93,6 +111,7 @@ class AuditCompareStage(BuildStage):
     Options = CompareOptions
     inputs = (Input("reports", "Audit report folders.", kind=PATH, positional=True, many=True),)
     output = Output(FOLDER, "The comparison folder to write.")
+    summary = ("comparison of {reports} reports: {out}/index.html",)
 
     def build(self, ctx: Context, target: Path) -> None:
         from .report import compare_reports

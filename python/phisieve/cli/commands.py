@@ -3,8 +3,8 @@
 A stage's inputs become the command's arguments (``DOCS``) and options (``--terms``), its
 options dataclass the remaining options (:mod:`phisieve.pipeline.options`: the same names a
 pipeline file uses), and every command takes ``--out``, ``--overwrite`` and ``--quiet``. The
-command builds the stage, runs it through the runner and prints what
-:mod:`phisieve.cli.render` says about the committed output.
+command builds the stage, runs it through the runner and prints the stage's summary of the
+committed output (:mod:`phisieve.cli.render`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[
     stage = cls(cls.Options(**kwargs), **extra)
     manifest = run_stage(stage, inputs, out, overwrite=overwrite, progress=not quiet)
     out_console = Console()
-    for line in render(stage.name, manifest, Path(out)):
+    for line in render(cls, manifest, Path(out)):
         out_console.print(line, soft_wrap=True)
     return manifest
 

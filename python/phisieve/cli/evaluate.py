@@ -192,9 +192,10 @@ def coverage(
         max_len=max_len,
         detect_options=opts,
     )
-    from .render import protection
+    from ..encode.stage import PROTECTION
+    from .render import render_items
 
-    for line in protection(r["protection"]):
+    for line in render_items(PROTECTION, r["protection"]):
         out_console.print(line)
     out_console.print(
         f"{r['documents']:,} notes of {r['patients']:,} patients: gold PHI token coverage "

@@ -62,7 +62,7 @@ def _report(pipeline: Pipeline, quiet: bool) -> object:
         elif e.action == "done" and e.manifest is not None:
             from .render import render
 
-            for line in render(e.step.kind, e.manifest, e.step.out):
+            for line in render(type(e.step.stage), e.manifest, e.step.out):
                 out_console.print(line, soft_wrap=True)
 
     return report

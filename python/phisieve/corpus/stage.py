@@ -23,6 +23,7 @@ from ..pipeline.stage import (
     require,
 )
 from ..pipeline.stats import Stats
+from ..pipeline.summary import Each, Table
 
 if TYPE_CHECKING:
     from ..io.readers import DocumentStream
@@ -68,6 +69,10 @@ class IngestStage(RowsStage):
               required=False),
     )  # fmt: skip
     unit = "bytes"
+    summary = (
+        "read {rows_in:,} rows: {rows:,} documents written to {out}, {rejected:,} rejected",
+        Each("rejected_by_reason", "  rejected, {key}: {value:,}", sort=True),
+    )
 
     def reduce(self, ctx: Context) -> DocumentStream:
         o = self.options
@@ -128,6 +133,22 @@ class SplitStage(MapStage):
     main = "docs"
     distributed = True
     batch_rows = 16_384
+    summary = (
+        Table(
+            "split[parts]",
+            "split by {split[by]} (seed {split[seed]})",
+            (
+                ("part", "{key}"),
+                ("fraction", "{fraction:g}"),
+                ("patients", "{patients:,}"),
+                ("documents", "{rows:,}"),
+                ("folder", "{path}"),
+            ),
+            left=("folder",),
+            also={"fraction": "split[fractions]"},
+        ),
+        "{split[units]:,} {split[by]}s, {split[rows]:,} documents, written to {out}",
+    )
 
     def _fractions(self) -> dict[str, float]:
         return split.parse_fractions(self.options.fractions)

@@ -173,6 +173,7 @@ class DetectStage(MapStage):
     main = "docs"
     distributed = True
     columns = ("doc_id", "text")
+    summary = ("{rows:,} documents, {spans_found:,} spans written to {out}",)
 
     def check(self) -> None:
         names = parse_recognizers(self.options.recognizers)
@@ -285,6 +286,10 @@ class DetectTrainStage(BuildStage):
         ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
+    summary = (
+        "trained on {notes:,} notes ({windows:,} windows, {steps:,} steps, final loss "
+        "{final_loss:.4f}) in {seconds:.0f} s on {device}: {out}",
+    )
 
     def check(self) -> None:
         check_options(self.options)
@@ -346,6 +351,10 @@ class DetectTrainCrfStage(BuildStage):
         ANNOTATED_DOCS,
     )
     output = Output(FOLDER, "The model folder to write.")
+    summary = (
+        "CRF trained on {notes:,} notes ({words:,} words, {phi_words:,} of them PHI) in "
+        "{seconds:.0f} s: {out}",
+    )
 
     def check(self) -> None:
         check_crf_options(self.options)
@@ -384,6 +393,7 @@ class LearnDenyStage(BuildStage):
               positional=True),
     )  # fmt: skip
     output = Output(FILE, "The deny list file to write.")
+    summary = ("{words:,} words learnt from {notes:,} notes: {out}",)
 
     def build(self, ctx: Context, target: Path) -> None:
         from ..io.annotated import read_physionet

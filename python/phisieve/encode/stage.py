@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..pipeline.options import option
 from ..pipeline.stage import PATH, Context, Input, MapStage, require
 from ..pipeline.stats import Stats
+from ..pipeline.summary import Each, Line, Table, Within
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,7 +27,36 @@ documents = LazyModule("..fragments.documents", __package__)
 scope = LazyModule("..protection.scope", __package__)
 term_index = LazyModule("..term_index.build", __package__)
 
-__all__ = ["EncodeOptions", "EncodeStage"]
+__all__ = ["PROTECTION", "EncodeOptions", "EncodeStage"]
+
+PROTECTION = (
+    Table(
+        "by_reason",
+        "protected tokens by reason",
+        (
+            ("reason", "{label}"),
+            ("tokens", "{tokens:,}"),
+            ("% of tokens", "{share:.2%}"),
+            ("only this reason", "{only:,}"),
+            ("% of tokens ", "{only_share:.2%}"),
+        ),
+        labels={
+            "span": "inside a direct span",
+            "patient": "same word as a span of the patient",
+            "corpus": "corpus-wide direct term",
+            "indirect": "indirect identifier",
+        },
+        total=("[bold]any", "{protected:,}", "{protected_share:.2%}", "", ""),
+    ),
+    Line(
+        "gold PHI tokens protected: {gold[protected]:,} of {gold[tokens]:,} "
+        "([bold]{gold[coverage]:.2%}[/]); by reason:"
+    ),
+    Each("gold[by_reason]", "  {key}: {value:,}"),
+)
+"""The summary of a protection report (:func:`phisieve.encode.batches.protection_report`):
+the protected share of tokens by reason, and the gold coverage when gold spans were scored.
+``encode`` shows its own; ``coverage`` too."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,12 @@ class EncodeStage(MapStage):
     grouped = True
     two_pass = True
     distributed = True
+    summary = (
+        "{documents:,} documents -> {sequences:,} sequences, {tokens:,} tokens; protected "
+        "{protected:,} ({encoding[protection][protected_share]:.1%}), direct {direct:,}; "
+        "written to {out}",
+        Within("encoding[protection]", PROTECTION),
+    )
 
     def __init__(self, options: Any = None, /, *, tokenizer: Any = None, **values: Any) -> None:
         self.tokenizer = tokenizer

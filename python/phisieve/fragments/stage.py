@@ -20,6 +20,7 @@ from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
 from ..pipeline.stage import Context, Input, RowsStage
+from ..pipeline.summary import Each, Table
 from .chunkers import PARSERS, SPACY_MODEL
 
 if TYPE_CHECKING:
@@ -71,6 +72,31 @@ class FragmentStage(RowsStage):
     batch_rows = 1024
     rows_per_part = 500_000
     unit = "documents"
+    summary = (
+        "{report[notes]:,} notes: {report[coverage]:.1%} of their words are in a fragment",
+        Table(
+            "report[fragments]",
+            "fragments by kind",
+            (
+                ("kind", "{key}"),
+                ("cut", "{cut:,}"),
+                ("kept", "{kept:,}"),
+                ("used", "{supply[used]:,}"),
+                ("mean words", "{length_mean:.2f}"),
+            ),
+            keys=("NP", "VP"),
+            also={"supply": "report[supply]"},
+        ),
+        "dropped (a fragment may count twice):",
+        Each("report[dropped]", "  {key}: {value:,}"),
+        Table(
+            "report[gold]",
+            "gold PHI share of words",
+            (("text", "{text}"), ("words", "{words:,}"), ("PHI", "{phi_share:.2%}")),
+        ),
+        "{report[supply][examples]:,} examples written to {out}",
+        "the {report[supply][ran_out]}s ran out",
+    )
 
     def check(self) -> None:
         o = self.options

@@ -30,6 +30,7 @@ from ..pipeline.stage import (
     Output,
     RowsStage,
 )
+from ..pipeline.summary import Each, Line, Table
 from .secret import MIN_SECRET_BYTES, check_secret, read_secret
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class KeygenStage(BuildStage):
     )
     Options = KeygenOptions
     output = Output(FILE, "The key file to write.", secret=True)
+    summary = ("a new key in {out}: keep it apart from the outputs you share",)
 
     def check(self) -> None:
         if self.options.bytes < MIN_SECRET_BYTES:
@@ -153,6 +155,31 @@ class SurrogateStage(MapStage):
     )  # fmt: skip
     main = "docs"
     distributed = True
+    summary = (
+        Table("by_kind", "surrogates", (("kind", "{key}"), ("filled", "{value:,}"))),
+        "{rows:,} documents: {placeholders:,} placeholders, {filled:,} filled, {unfilled:,} "
+        "left unfilled, {markers_removed:,} stray markers removed",
+        Line(
+            "[yellow]{dates_clamped:,} date placeholders were no calendar date[/] (e.g. month "
+            "13, February 30): moved to the nearest date before the shift",
+            when="dates_clamped",
+        ),
+        # Unknown categories by name only with --report-unknown-categories (and only those
+        # several patients use: the text in [** **] may be PHI), otherwise counted.
+        Line(
+            "[yellow]{unknown[categories]:,} unknown categories[/] ({unknown[placeholders]:,} "
+            "placeholders; {unknown[single_patient_categories]:,} of them used by one patient "
+            "each)",
+            when="unknown[categories]",
+        ),
+        Line(
+            "not named: --report-unknown-categories names those at least two patients use",
+            when="unknown[categories]",
+            unless="report_unknown",
+        ),
+        Each("unknown_categories", "[yellow]unknown category[/] {key!r}: {value:,}"),
+        "written to {out}",
+    )
 
     def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
         self.secret = secret
@@ -239,6 +266,10 @@ class PlaceholdersStage(RowsStage):
         Input("docs", "A documents dataset.", required=False),
         Input("spans", "The documents' gold spans.", required=False, columns=("doc_id", "spans")),
     )  # fmt: skip
+    summary = (
+        "{rows:,} documents: {spans:,} gold spans -> {placeholders:,} placeholders ({merged:,} "
+        "overlaps merged); written to {out}",
+    )
 
     def open(self, ctx: Context) -> None:
         if ctx.path("corpus") is None and (
@@ -335,6 +366,20 @@ class CanariesStage(MapStage):
     )  # fmt: skip
     main = "docs"
     distributed = True
+    summary = (
+        Line(
+            "{planted} of {canaries} canaries planted ({insertions} insertions) in "
+            "{new_patients} new canary patients, written to {out}",
+            when="new_patients",
+        ),
+        Line(
+            "{planted} of {canaries} canaries planted ({insertions} insertions) in {patients} "
+            "patients' notes, written to {out}",
+            unless="new_patients",
+        ),
+        Line("--coin: a keyed coin planted each canary or only recorded it", when="options[coin]"),
+        "their secrets are in {meta}/canaries.parquet",
+    )
 
     def __init__(self, options: Any = None, /, *, secret: bytes | None = None, **values: Any):
         self.secret = secret

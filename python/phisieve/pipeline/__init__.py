@@ -8,6 +8,8 @@
   merges stats, commits;
 * :mod:`phisieve.pipeline.config` and :mod:`phisieve.pipeline.execute` — pipeline files
   (TOML), checked before anything runs, run stage by stage with finished stages skipped;
+* :mod:`phisieve.pipeline.summary` — what a stage's command prints, declared over its
+  output's manifest;
 * :mod:`phisieve.pipeline.stats` and :mod:`phisieve.pipeline.progress`.
 """
 

@@ -18,6 +18,8 @@ A stage declares
     nothing (the index's terms, generated notes);
   - a :class:`BuildStage`, whose output is not a stream of rows (a model, a report):
     :meth:`BuildStage.build`, which fills the folder (or file) the runner gives it.
+* its **summary** (:mod:`phisieve.pipeline.summary`): what its command prints, read from the
+  output's manifest once it is committed.
 
 The runner (:mod:`phisieve.pipeline.runner`) alone checks the inputs and the output, opens
 the inputs, handles ``--overwrite`` and one-shot streams, records options and inputs' identity
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import InputError
 from .options import deciding, settings
 from .stats import Stats
+from .summary import Summary
 from .work import Work
 
 if TYPE_CHECKING:  # the declarations stay importable without pyarrow (an instant --help)
@@ -221,6 +224,9 @@ class Stage:
     """Rows per record batch read from a dataset input (results never depend on it)."""
     unit: ClassVar[str] = "documents"
     """What the progress bars count."""
+    summary: ClassVar[Summary] = ("written to {out}",)
+    """What the command line prints once the output is committed, read from its manifest
+    (:mod:`phisieve.pipeline.summary`)."""
 
     def __init__(self, options: Any = None, /, **values: Any) -> None:
         self.options = options if options is not None else self.Options(**values)

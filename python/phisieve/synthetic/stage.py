@@ -52,6 +52,7 @@ class SynthStage(RowsStage):
     output = Output(help="Output folder (or, with --format mimic-csv, the CSV file).")
     unit = "patients"
     rows_per_part = 100_000
+    summary = ("wrote {rows:,} notes of {patients:,} patients (~{tokens:,} tokens) to {out}",)
 
     def check(self) -> None:
         o = self.options

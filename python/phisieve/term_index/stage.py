@@ -12,6 +12,7 @@ from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
 from ..pipeline.stage import Context, Input, RowsStage
+from ..pipeline.summary import Line, Table
 from ..protection.policy import (
     DEFAULT_MIN_SHARE,
     DEFAULT_SCOPE,
@@ -80,6 +81,36 @@ class IndexStage(RowsStage):
     batch_rows = 16_384
     rows_per_part = 1_000_000
     unit = "terms"
+    summary = (
+        "[bold]{documents:,} documents[/], {patients:,} patients, {tokens:,} words; k = {k}",
+        "counted in {execution[pieces]} piece(s), at most {execution[passes]} pass(es) each; "
+        "index peak {execution[peak_index_bytes]:MiB} (the largest piece)",
+        Table(
+            "per_n",
+            "indirect identifiers: terms used by fewer than k patients (per patient: median count)",
+            (
+                ("n", "{key}"),
+                ("terms", "{distinct_terms:,}"),
+                ("indirect", "{indirect_terms:,}"),
+                ("% of terms", "{share_distinct_indirect:.1%}"),
+                ("% of uses", "{share_occurrences_indirect:.2%}"),
+                ("per patient", "{identifiers_per_patient[q50]:,.0f}"),
+                ("p90", "{identifiers_per_patient[q90]:,.0f}"),
+                ("max", "{identifiers_per_patient[q100]:,.0f}"),
+            ),
+        ),
+        Line(
+            "protected word occurrences at n <= {ngram}: policy all {protected_share[all]:.1%}, "
+            "policy minimal {protected_share[minimal]:.1%}",
+            when="protected_share",
+        ),
+        Line(
+            "{direct_terms:,} words of direct spans marked direct in the whole corpus (scope "
+            "{direct_scope})",
+            when="spans",
+        ),
+        "terms written to {out}; blacklist.txt and stats.json to {meta}",
+    )
 
     def check(self) -> None:
         o = self.options
@@ -204,6 +235,7 @@ class MergeStage(RowsStage):
     inputs = (Input("parts", "terms folders of shards of a corpus.", positional=True, many=True),)
     rows_per_part = 1_000_000
     unit = "terms"
+    summary = ("{rows:,} terms ({indirect_terms:,} indirect) written to {out}",)
 
     def reduce(self, ctx: Context) -> pa.Table:
         parts = ctx.values["parts"]

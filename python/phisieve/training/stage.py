@@ -16,6 +16,7 @@ from .._lazy import LazyModule
 from ..errors import ConfigError
 from ..pipeline.options import option
 from ..pipeline.stage import FOLDER, PATH, BuildStage, Context, Input, Output, require
+from ..pipeline.summary import Line
 
 loop = LazyModule(".loop", __package__)
 model_init = LazyModule(".model_init", __package__)
@@ -56,6 +57,7 @@ class TokenizerStage(BuildStage):
     Options = TokenizerOptions
     inputs = (Input("docs", "The documents dataset to learn on.", positional=True),)
     output = Output(FOLDER, "The tokenizer folder to write.")
+    summary = ("a {kind_of_tokenizer} tokenizer of {vocab_size:,} tokens written to {out}",)
 
     def check(self) -> None:
         if self.options.kind not in ("wordpiece", "bpe"):
@@ -112,6 +114,7 @@ class InitModelStage(BuildStage):
     Options = InitModelOptions
     inputs = (Input("tokenizer", "The tokenizer folder the model reads.", kind=PATH),)
     output = Output(FOLDER, "The model folder to write.")
+    summary = ("a new {architecture} of {parameters:,} parameters written to {out}",)
 
     def check(self) -> None:
         o = self.options
@@ -306,6 +309,15 @@ class TrainStage(BuildStage):
         ),
     )
     output = Output(FOLDER, "The model folder to write.")
+    summary = (
+        "{objective}: {steps} steps on {device}, loss {first_loss:.3f} -> {final_loss:.3f}",
+        Line("DP-SGD without noise: no finite ε (clipping only)", when="dp", unless="dp[epsilon]"),
+        "DP-SGD: ε = {dp[epsilon]:.2f} per patient at δ = {dp[delta]:.2g} ({dp[accountant]}, "
+        "{dp[patients]:,} patients, σ = {dp[noise_multiplier]:.3g})",
+        "  by group privacy over {dp[max_per_patient]} sequences from ε = "
+        "{dp[sequence][epsilon]:.2f} per sequence",
+        "model written to {out}",
+    )
 
     def __init__(
         self,
