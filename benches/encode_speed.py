@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         phisieve.synth(work / "docs", patients=args.patients, seed=0)
-        phisieve.write_index(work / "docs", work / "terms", k=2, ngram=1)
+        phisieve.index(work / "docs", work / "terms", k=2, ngram=1)
         texts = pq.read_table(work / "docs", columns=["text"]).column("text").to_pylist()
         chars = sum(map(len, texts))
         tok = Tokenizer.from_file(str(model / "tokenizer.json"))

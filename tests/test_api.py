@@ -91,7 +91,7 @@ def test_an_unknown_keyword_is_a_type_error(tmp_path: Path) -> None:
 
 def test_the_package_root_offers_the_functions() -> None:
     assert phisieve.api is api
-    for name in ("split", "surrogate", "detect_train", "merge"):
+    for name in ("ingest", "index", "synth", "split", "surrogate", "detect_train", "merge"):
         assert getattr(phisieve, name) is getattr(api, name)
         assert name in dir(phisieve)
     # detect, encode and audit name sub-packages at the root: their functions are api's.

@@ -52,10 +52,6 @@ _EXPORTS = {
         for fn in (name.replace("-", "_") for name in PATHS)
         if not os.path.isdir(os.path.join(__path__[0], fn))  # detect, encode, audit
     },
-    "ingest": ".corpus.ingest",
-    "synth": ".synthetic",
-    "index": ".term_index",
-    "write_index": ".term_index",
 }
 
 __all__ = ["__version__", "api", *_EXPORTS]

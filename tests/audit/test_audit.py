@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from phisieve import api
 from phisieve.audit.run import (
     _canaries,
     _identifier_mia,
@@ -259,10 +260,8 @@ def test_verdict_checks_a_dp_claim():
 
 @pytest.fixture(scope="module")
 def parts(physionet_docs, tmp_path_factory) -> Path:
-    from phisieve.corpus.split import split
-
     out = tmp_path_factory.mktemp("audit") / "splits"
-    split(physionet_docs, out, fractions={"members": 0.3, "reference": 0.4, "heldout": 0.3})
+    api.split(physionet_docs, out, fractions="members=0.3,reference=0.4,heldout=0.3")
     return out
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from phisieve.api import synth
 from phisieve.errors import ConfigError, InputError, PhisieveError
 from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
 from phisieve.io.schema import SPANS
@@ -40,7 +41,6 @@ from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats
-from phisieve.synthetic.generate import synth
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
 SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"
