@@ -78,14 +78,12 @@ from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
 from phisieve.io.physionet import read_physionet_gold
 from phisieve.io.sources import write_dataset
-from phisieve.phi.canaries import insert_canaries
-from phisieve.phi.surrogate import surrogate
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
 BENCH_KEY = hashlib.sha256(b"phisieve privacy bench").hexdigest().encode()
 """The key of the bench's surrogates, canaries and DP-SGD draws (fixed: the bench repeats)."""
-DP = {"max_per_patient": 8, "max_grad_norm": 1.0, "canary_repeats": (16,)}
+DP = {"max_per_patient": 8, "max_grad_norm": 1.0, "canary_repeats": "16"}
 """Patient-level DP-SGD in the bench: at most 8 sequences of a patient a step, each
 patient's gradient clipped to 1; canary patients' sentence repeated 16 times."""
 
@@ -203,6 +201,13 @@ def first_chars(docs: pa.Table, max_chars: int) -> pa.Table:
     return docs.filter(pa.array(keep))
 
 
+def bench_key(work: Path) -> Path:
+    """:data:`BENCH_KEY` in a file (``work/bench.key``), the ``secret-file`` of the stages."""
+    key = work / "bench.key"
+    key.write_bytes(BENCH_KEY)
+    return key
+
+
 def corpus_notes(work: Path, corpus: str) -> pa.Table:
     """The notes into ``work/docs`` and their gold PHI spans (a ``spans`` table): the
     PhysioNet deid notes and their annotations, or (``synth:N``) ``phisieve synth`` of N
@@ -213,7 +218,7 @@ def corpus_notes(work: Path, corpus: str) -> pa.Table:
         return read_physionet_gold(CORPUS / "id-phi.phrase")
     patients = int(corpus.removeprefix("synth:"))
     api.synth(work / "synth", patients=patients, seed=0, overwrite=True)
-    surrogate(work / "synth", docs_dir, BENCH_KEY, overwrite=True)
+    api.surrogate(work / "synth", docs_dir, secret_file=bench_key(work), overwrite=True)
     docs = pa.concat_tables([pq.read_table(f) for f in dataset_files(docs_dir)])
     return docs.select(["doc_id", "spans"])
 
@@ -266,9 +271,9 @@ def plant_canaries(data: dict[str, Any], work: Path, n: int) -> dict[str, Any]:
     (their words are then counted like any other)."""
     members = data["splits"]["members"]
     out = work / "docs-members_canaries"
-    m = insert_canaries(
-        members["docs"], out, BENCH_KEY, n=n, repeats=DP["canary_repeats"], new_patients=True,
-        coin=True, overwrite=True,
+    m = api.canaries(
+        members["docs"], out, secret_file=bench_key(work), n=n, repeats=DP["canary_repeats"],
+        new_patients=True, coin=True, overwrite=True,
     )  # fmt: skip
     parts = [out] + [data["splits"][k]["docs"] for k in ("reference", "heldout")]
     whole = pa.concat_tables(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,21 @@ def physionet_dir() -> Path:
     if not (path / "id.text").is_file():
         pytest.fail(f"the PhysioNet test corpus is missing at {path} (set PHISIEVE_TEST_CORPUS)")
     return path
+
+
+@pytest.fixture(scope="session")
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bytes], Path]:
+    """A file holding a secret key (the ``secret-file`` of surrogate, canaries and train),
+    one per key, in a folder of its own: never beside an output."""
+    files: dict[bytes, Path] = {}
+
+    def write(secret: bytes) -> Path:
+        if secret not in files:
+            files[secret] = tmp_path_factory.mktemp("key") / "key"
+            files[secret].write_bytes(secret)
+        return files[secret]
+
+    return write
 
 
 @pytest.fixture(scope="session")

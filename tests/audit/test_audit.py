@@ -166,13 +166,11 @@ def test_membership_masks_are_a_pure_function_of_seed_and_sequence():
 
 
 @pytest.fixture(scope="module")
-def canary_docs(tmp_path_factory) -> Path:
-    from phisieve import synth
-
+def canary_docs(tmp_path_factory, key_file) -> Path:
     root = tmp_path_factory.mktemp("canaries")
-    synth(root / "docs", patients=12, seed=0)
-    can.insert_canaries(root / "docs", root / "with", hashlib.sha256(b"audit test key").digest(),
-                        n=3, repeats=(1, 4, 16), kinds=("mrn",))  # fmt: skip
+    api.synth(root / "docs", patients=12, seed=0)
+    key = key_file(hashlib.sha256(b"audit test key").digest())
+    api.canaries(root / "docs", root / "with", secret_file=key, n=3, repeats="1,4,16", kinds="mrn")
     return root / "with"
 
 
