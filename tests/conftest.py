@@ -63,10 +63,10 @@ def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def physionet_spans(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Direct-identifier spans of the corpus (the default recognizers)."""
-    from phisieve.detect.run import detect, write_spans
+    from phisieve import api
 
     out = tmp_path_factory.mktemp("physionet") / "spans"
-    write_spans(detect(physionet_docs), out)
+    api.detect(physionet_docs, out)
     return out
 
 
@@ -96,10 +96,17 @@ def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 def encoded_bert(
     physionet_docs, physionet_terms, physionet_spans, minilm, tmp_path_factory
 ) -> Path:
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     out = tmp_path_factory.mktemp("enc") / "bert"
-    encode(physionet_docs, out, minilm, terms=physionet_terms, spans=physionet_spans, max_len=128)
+    encode(
+        physionet_docs,
+        out,
+        tokenizer=minilm,
+        terms=physionet_terms,
+        spans=physionet_spans,
+        max_len=128,
+    )
     return out
 
 
@@ -107,13 +114,13 @@ def encoded_bert(
 def encoded_gpt(
     physionet_docs, physionet_terms, physionet_spans, bpe_tokenizer, tmp_path_factory
 ) -> Path:
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     out = tmp_path_factory.mktemp("enc") / "gpt"
     encode(
         physionet_docs,
         out,
-        bpe_tokenizer,
+        tokenizer=bpe_tokenizer,
         terms=physionet_terms,
         spans=physionet_spans,
         max_len=128,

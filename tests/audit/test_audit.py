@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from phisieve import api
+from phisieve.api import encode
 from phisieve.audit.run import (
     _canaries,
     _identifier_mia,
@@ -24,7 +25,6 @@ from phisieve.audit.run import (
 )
 from phisieve.audit.scoring import Scorer, Sequences, word_occurrences
 from phisieve.cli import main
-from phisieve.encode import encode
 from phisieve.errors import ConfigError, OutputExistsError
 from phisieve.phi import canaries as can
 from phisieve.training.loop import TrainConfig, train
@@ -271,8 +271,8 @@ def bert_setup(parts, physionet_terms, physionet_spans, minilm, tmp_path_factory
     enc = {}
     for name in ("members", "heldout"):
         enc[name] = root / f"enc_{name}"
-        encode(parts / name, enc[name], minilm, terms=physionet_terms, spans=physionet_spans,
-               max_len=64)  # fmt: skip
+        encode(parts / name, enc[name], tokenizer=minilm, terms=physionet_terms,
+               spans=physionet_spans, max_len=64)  # fmt: skip
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1,
                      num_attention_heads=2, intermediate_size=64,
@@ -362,7 +362,7 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
     enc = {}
     for name in ("members", "heldout"):
         enc[name] = tmp_path / name
-        encode(parts / name, enc[name], bpe_tokenizer, terms=physionet_terms,
+        encode(parts / name, enc[name], tokenizer=bpe_tokenizer, terms=physionet_terms,
                spans=physionet_spans, max_len=64)  # fmt: skip
     tok = AutoTokenizer.from_pretrained(bpe_tokenizer)
     torch.manual_seed(0)

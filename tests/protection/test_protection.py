@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 import phisieve
 from phisieve import ConfigError, PhisieveError
+from phisieve.api import encode
 from phisieve.cli import app
-from phisieve.encode import encode, load_tokenizer
+from phisieve.encode import load_tokenizer
 from phisieve.io.schema import SPANS
 from phisieve.io.sources import write_dataset
 from phisieve.protection.policy import SCOPES
@@ -102,7 +103,7 @@ def test_encode_uses_the_normalisation_of_the_terms(tmp_path, minilm):
     phisieve.api.index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
     assert terms_options(phisieve.read_terms(tmp_path / "terms"))["normalize"] == "nfc"
     # "Dupont" (case kept) is patient A's alone; "dupont" is used by B and C.
-    m = encode(docs, tmp_path / "enc", minilm, terms=tmp_path / "terms", max_len=64)
+    m = encode(docs, tmp_path / "enc", tokenizer=minilm, terms=tmp_path / "terms", max_len=64)
     assert m["encoding"]["normalize"] == "nfc"
     tok = load_tokenizer(minilm)
     assert "dupont" in flagged_words(tmp_path / "enc", tok, "indirect")  # A's, lower-cased by BERT
@@ -129,7 +130,13 @@ def test_encode_refuses_a_normalisation_the_terms_were_not_made_with(tmp_path, m
     docs = write_docs(CASE_DOCS, tmp_path / "docs")
     phisieve.api.index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
     with pytest.raises(ConfigError, match="--normalize nfc"):
-        encode(docs, tmp_path / "enc", minilm, terms=tmp_path / "terms", normalize="nfkc_lower")
+        encode(
+            docs,
+            tmp_path / "enc",
+            tokenizer=minilm,
+            terms=tmp_path / "terms",
+            normalize="nfkc_lower",
+        )
     r = CliRunner().invoke(
         app,
         [
@@ -183,7 +190,7 @@ def test_the_index_marker_and_encode_see_one_surname(tmp_path, minilm):
     words = tokenize(IGNORABLE_DOCS["text"])["words"][0].as_py()
     assert flags[words.index("robinson")]
     docs = write_docs(IGNORABLE_DOCS, tmp_path / "docs")
-    encode(docs, tmp_path / "enc", minilm, terms=terms, max_len=64)
+    encode(docs, tmp_path / "enc", tokenizer=minilm, terms=terms, max_len=64)
     tok = load_tokenizer(minilm)
     protected = flagged_words(tmp_path / "enc", tok)
     assert {"robinson", "zorblat"} <= protected
@@ -245,12 +252,12 @@ def test_every_input_kind_gives_the_same_direct_terms(tmp_path):
 
 
 def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
-    from phisieve.detect.run import detect
+    from phisieve.detect.run import find_spans
     from phisieve.term_index.build import IndexReport
 
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=40, seed=5)
-    spans = detect(docs, ["rules"])
+    spans = find_spans(docs, ["rules"])
     whole = IndexReport()
     base = index(docs, ngram=2, spans=spans, report=whole)
     assert pc.sum(base["direct"]).as_py() > 0
@@ -273,7 +280,7 @@ def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
 @pytest.fixture(scope="module")
 def unprotected(physionet_docs, minilm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("unprotected") / "enc"
-    encode(physionet_docs, out, minilm, max_len=64)
+    encode(physionet_docs, out, tokenizer=minilm, max_len=64)
     return out
 
 
@@ -304,13 +311,13 @@ def test_ipp_needs_terms_and_dpp_needs_spans(tmp_path, minilm):
 
     docs = write_docs(STREAM_DOCS, tmp_path / "docs")
     spans = spans_table(STREAM_SPANS)
-    encode(docs, tmp_path / "spans_only", minilm, spans=spans, max_len=64)
+    encode(docs, tmp_path / "spans_only", tokenizer=minilm, spans=spans, max_len=64)
     MaskedBatches(tmp_path / "spans_only", "dpp")
     MaskedBatches(tmp_path / "spans_only", "ppmlm")
     with pytest.raises(ConfigError, match="--terms"):
         MaskedBatches(tmp_path / "spans_only", "ipp")
     terms = index(STREAM_DOCS, k=2)  # no spans: no direct terms
-    encode(docs, tmp_path / "terms_only", minilm, terms=terms, max_len=64)
+    encode(docs, tmp_path / "terms_only", tokenizer=minilm, terms=terms, max_len=64)
     MaskedBatches(tmp_path / "terms_only", "ipp")
     with pytest.raises(ConfigError, match="--spans"):
         MaskedBatches(tmp_path / "terms_only", "dpp")
@@ -394,7 +401,7 @@ def test_scopes(tmp_path, minilm, scope, corpus_direct, a_words, b_words):
     assert set(terms.filter(pc.field("direct"))["term"].to_pylist()) == corpus_direct
     assert terms_options(terms)["direct_scope"] == scope
     docs = write_docs(SCOPE_DOCS, tmp_path / "docs")
-    m = encode(docs, tmp_path / "enc", minilm, terms=terms, spans=spans, max_len=64)
+    m = encode(docs, tmp_path / "enc", tokenizer=minilm, terms=terms, spans=spans, max_len=64)
     tok = load_tokenizer(minilm)
     enc = pq.read_table(tmp_path / "enc")
     for patient, want in (("A", a_words), ("B", b_words)):
@@ -416,7 +423,14 @@ def test_encode_refuses_a_scope_the_terms_were_not_made_with(tmp_path, minilm):
     spans = spans_table(SCOPE_SPANS)
     terms = index(SCOPE_DOCS, k=1, spans=spans, direct_scope="corpus")
     with pytest.raises(ConfigError, match="--direct-scope corpus"):
-        encode(SCOPE_DOCS, tmp_path / "e", minilm, terms=terms, spans=spans, direct_scope="span")
+        encode(
+            SCOPE_DOCS,
+            tmp_path / "e",
+            tokenizer=minilm,
+            terms=terms,
+            spans=spans,
+            direct_scope="span",
+        )
     with pytest.raises(ConfigError, match="direct scope"):
         index(SCOPE_DOCS, spans=spans, direct_scope="everything")
     assert SCOPES == ("span", "patient", "identifying", "corpus")

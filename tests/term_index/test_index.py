@@ -301,7 +301,7 @@ def test_shards_merge_exactly(tmp_path: Path) -> None:
 def synth_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], pa.Table]:
     """A synthetic corpus (documents dataset), its two patient-disjoint halves (every other
     patient) and rule spans of its direct identifiers."""
-    from phisieve.detect.run import detect
+    from phisieve.detect.run import find_spans
 
     root = tmp_path_factory.mktemp("halves")
     docs = root / "docs"
@@ -313,7 +313,7 @@ def synth_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[P
     for i, mask in enumerate([first, pc.invert(first)]):
         halves.append(root / f"half{i}.parquet")
         pq.write_table(table.filter(mask), halves[-1])
-    return docs, halves, detect(docs, ["rules"])
+    return docs, halves, find_spans(docs, ["rules"])
 
 
 @pytest.mark.parametrize("scope", ["span", "patient", "identifying", "corpus"])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from phisieve.api import encode
 from phisieve.cli import main
-from phisieve.encode import encode
 from phisieve.io.dataset import read_manifest, side_file
 from phisieve.training.loaders import MaskedBatches
 from phisieve.training.loop import DPConfig, TrainConfig, load_model, train
@@ -18,14 +18,14 @@ from phisieve.training.loop import DPConfig, TrainConfig, load_model, train
 @pytest.fixture(scope="module")
 def pseudo_bert(physionet_docs, minilm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("enc") / "pseudo"
-    encode(physionet_docs, out, minilm, max_len=128, pseudonymize=True)
+    encode(physionet_docs, out, tokenizer=minilm, max_len=128, pseudonymize=True)
     return out
 
 
 @pytest.fixture(scope="module")
 def pseudo_gpt(physionet_docs, bpe_tokenizer, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("enc") / "pseudo_gpt"
-    encode(physionet_docs, out, bpe_tokenizer, max_len=128, pseudonymize=True)
+    encode(physionet_docs, out, tokenizer=bpe_tokenizer, max_len=128, pseudonymize=True)
     return out
 
 

@@ -189,7 +189,7 @@ def train_crf(
         Regularisation and iterations (:class:`CrfTrainOptions`).
     corpus
         The notes the dictionaries' statistics are counted over, when not ``documents``
-        (as :func:`phisieve.detect.detect`'s ``corpus``).
+        (as :func:`phisieve.detect.run.find_spans`'s ``corpus``).
     progress
         Show progress.
 

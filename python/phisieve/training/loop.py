@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dependencies import require
-from ..encode.api import read_encoding
+from ..encode.encoding import read_encoding
 from ..errors import ConfigError
 from ..io.dataset import side_file
 from ..pipeline.progress import quiet_transformers
