@@ -12,7 +12,7 @@ different documents and patients), raw and filtered (indirect identifiers, words
 spans, k = 2). GPT-2 models are also scored as Ignashina & Ive score utility: next-word
 accuracy and the probability of the true word after the first five words of held-out
 sentences. Reference models (BERT ``mlm``, GPT-2 ``clm``) are trained on the reference split.
-Every model is audited (``phisieve.audit.audit``: members vs held-out patients, calibrated by
+Every model is audited (``phisieve.api.audit``: members vs held-out patients, calibrated by
 the reference model of the same epoch) after several numbers of epochs; the reference models
 are audited once, as a control. Identifier flags come from an index of the whole corpus (k =
 2, n = 1) with the gold PHI as direct spans, so "identifier" means "identifies a patient of
@@ -469,8 +469,10 @@ def train_run(
     """Train one objective for ``max(epochs)`` epochs; return the model folder at each
     requested epoch (checkpoints every gcd(epochs) epochs, those not asked for deleted; the
     last is the final model)."""
-    from phisieve.training.loop import TrainConfig, train
+    from phisieve.pipeline.runner import run_stage
+    from phisieve.training.loop import TrainConfig
     from phisieve.training.masking import MaskingConfig
+    from phisieve.training.stage import TrainStage
 
     spe = math.ceil(sequences(encoded) / size["batch_size"])  # one optimizer step per batch
     batch_size, learning_rate, dp = size["batch_size"], size["learning_rate"], None
@@ -510,7 +512,7 @@ def train_run(
         model = new_model(run["model"], size, tokenizer)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    summary = train(encoded, model, out, cfg)
+    summary = run_stage(TrainStage.of(cfg, model), {"encoded": encoded}, out)
     seconds = time.perf_counter() - started
     checkpoints = {}
     for e in epochs:
@@ -727,10 +729,10 @@ def next_word(model_path: Path, tokenizer: Path, prompts: list[tuple[str, str]],
 
 def audit_function() -> tuple[Any, Any] | None:
     try:
-        from phisieve.audit import audit, compare_reports
+        from phisieve.audit import compare_reports
     except ImportError:
         return None
-    return audit, compare_reports
+    return api.audit, compare_reports
 
 
 def _g(d: Any, *keys: str) -> Any:
@@ -995,11 +997,14 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
     label = f"{row['run']}@{row['epochs']}"
     try:
         if job["audit"]:
+            from phisieve.audit import read_audit
+
             fns = audit_function()
             assert fns is not None
             t = time.perf_counter()
-            result = fns[0](
-                job["model"],
+            fns[0](
+                job["report"],
+                model=job["model"],
                 members=job["members"],
                 non_members=job["heldout"],
                 reference_model=job["reference"],
@@ -1007,13 +1012,12 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
                 docs=job["docs"],
                 spans=job["spans"],
                 canaries=job.get("canaries"),
-                out=job["report"],
                 device=job["device"],
                 seed=0,
                 overwrite=True,
                 label=label,
             )
-            row["audit"] = summarise(result.data)
+            row["audit"] = summarise(read_audit(job["report"]))
             row["audit_seconds"] = time.perf_counter() - t
             row["report"] = str(job["report"])
             log(f"  audit {label}: {row['audit_seconds']:.0f} s")
@@ -1230,7 +1234,7 @@ def main(argv: list[str] | None = None) -> int:
     with_audit = audit_function() is not None
     use_proxy = args.proxy or not with_audit
     if not with_audit:
-        log("phisieve.audit.audit is not importable yet: training only, with the proxy")
+        log("phisieve.audit is not importable yet: training only, with the proxy")
     command = " ".join(["python", *sys.argv] if argv is None else ["python", *argv])
     started = time.perf_counter()
     timings: dict[str, float] = {}

@@ -15,19 +15,11 @@ import torch
 
 from phisieve import api
 from phisieve.api import encode
-from phisieve.audit.run import (
-    _canaries,
-    _identifier_mia,
-    _Side,
-    _verdict,
-    audit,
-    read_audit,
-)
+from phisieve.audit.run import _canaries, _identifier_mia, _Side, _verdict, read_audit
 from phisieve.audit.scoring import Scorer, Sequences, word_occurrences
 from phisieve.cli import main
 from phisieve.errors import ConfigError, OutputExistsError
 from phisieve.phi import canaries as can
-from phisieve.training.loop import TrainConfig, train
 
 V = 50  # vocabulary of the hand-made models
 
@@ -278,8 +270,8 @@ def bert_setup(parts, physionet_terms, physionet_spans, minilm, tmp_path_factory
                      num_attention_heads=2, intermediate_size=64,
                      max_position_embeddings=64)  # fmt: skip
     BertForMaskedLM(cfg).save_pretrained(root / "init")
-    cfg = TrainConfig(objective="mlm", max_steps=6, batch_size=16, learning_rate=1e-3, pad_to=8)
-    train(enc["members"], root / "init", root / "mlm", cfg)
+    api.train(enc["members"], root / "mlm", model=root / "init", objective="mlm", max_steps=6,
+              batch_size=16, learning_rate=1e-3, pad_to="8")  # fmt: skip
     return SimpleNamespace(root=root, enc=enc, model=root / "mlm", ref=root / "init")
 
 
@@ -289,10 +281,11 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     kw = dict(reference_model=b.ref, tokenizer=minilm, docs=parts / "members",
               spans=physionet_spans, max_identifiers=300, utility_words=200, n_boot=100,
               name_slots=10, name_candidates=300)  # fmt: skip
-    r = audit(b.model, b.enc["members"], b.enc["heldout"], out=tmp_path / "rep", **kw)
-    d = r.data
-    assert d == read_audit(tmp_path / "rep")
-    assert (tmp_path / "rep" / "index.html").is_file() and r.html == tmp_path / "rep" / "index.html"
+    m = api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["heldout"], **kw)  # fmt: skip
+    d = read_audit(tmp_path / "rep")
+    assert m["stage"] == "audit" and m["options"]["max_identifiers"] == 300
+    assert (tmp_path / "rep" / "index.html").is_file()
     ids = d["identifiers"]["members"]
     assert ids["overall"]["n"] == 300
     assert ids["direct"]["n"] + ids["indirect"]["n"] >= 300
@@ -319,17 +312,22 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     assert len(d["model"]["fingerprint"]) == 64
     assert all("text" not in x for x in d["identifiers"]["top_recovered"])
     # The same seed gives the same numbers (inversion left out: checked above, and slow).
-    again = audit(b.model, b.enc["members"], b.enc["heldout"], **{**kw, "docs": None}).data
+    api.audit(tmp_path / "again", model=b.model, members=b.enc["members"],
+              non_members=b.enc["heldout"], **{**kw, "docs": None})  # fmt: skip
+    again = read_audit(tmp_path / "again")
     for k in ("identifiers", "memorisation", "membership", "identifier_mia"):
         assert again[k] == d[k], k
     with pytest.raises(OutputExistsError):
-        audit(b.model, b.enc["members"], b.enc["heldout"], out=tmp_path / "rep", **kw)
+        api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["heldout"], **kw)  # fmt: skip
 
 
-def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm):
+def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm, tmp_path):
     b = bert_setup
     with pytest.raises(ConfigError, match="both members and non-members"):
-        audit(b.model, b.enc["members"], b.enc["members"], tokenizer=minilm)
+        api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["members"], tokenizer=minilm)  # fmt: skip
+    assert not (tmp_path / "rep").exists()
 
 
 @pytest.mark.slow
@@ -370,11 +368,13 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
                      bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
                      pad_token_id=tok.pad_token_id)  # fmt: skip
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "init")
-    tc = TrainConfig(objective="ppclm", max_steps=4, batch_size=16, learning_rate=1e-3, pad_to=8)
-    train(enc["members"], tmp_path / "init", tmp_path / "clm", tc)
-    d = audit(tmp_path / "clm", enc["members"], enc["heldout"], tokenizer=bpe_tokenizer,
-              docs=parts / "members", max_identifiers=200, utility_words=100, n_boot=50,
-              generation_prompts=4).data  # fmt: skip
+    api.train(enc["members"], tmp_path / "clm", model=tmp_path / "init", objective="ppclm",
+              max_steps=4, batch_size=16, learning_rate=1e-3, pad_to="8")  # fmt: skip
+    api.audit(tmp_path / "rep", model=tmp_path / "clm", members=enc["members"],
+              non_members=enc["heldout"], tokenizer=bpe_tokenizer, docs=parts / "members",
+              max_identifiers=200, utility_words=100, n_boot=50,
+              generation_prompts=4)  # fmt: skip
+    d = read_audit(tmp_path / "rep")
     assert d["model"]["kind"] == "causal" and d["model"]["objective"] == "ppclm"
     assert d["generation"]["prompts"] == 4 and d["generation"]["tokens"] == 4 * 32
     assert d["inversion"] == {"slots": 0, "why": "model inversion is defined here for masked LMs"}
