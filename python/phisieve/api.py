@@ -36,13 +36,12 @@ if TYPE_CHECKING:
 NAMES: dict[str, str] = {name.replace("-", "_"): name for name in PATHS}
 """Every function's name -> its stage's name."""
 
-RUN: tuple[tuple[str, Any, str, str], ...] = (
-    ("overwrite", False, "bool", "Replace an existing output, atomically (refused without it)."),
-    ("progress", False, "bool", "Draw progress bars on standard error."),
+RUN: tuple[tuple[str, Any, str], ...] = (
+    ("overwrite", False, "Replace an existing output, atomically (refused without it)."),
+    ("progress", False, "Draw progress bars on standard error."),
     (
         "resume",
         False,
-        "bool",
         "Keep an existing output that is finished (the same stage, options, inputs and "
         "phisieve version) instead of redoing it; its manifest comes back with "
         '``"skipped": True``.',
@@ -50,13 +49,12 @@ RUN: tuple[tuple[str, Any, str, str], ...] = (
     (
         "engine",
         None,
-        "Engine | None",
         "Where the batch function runs (:mod:`phisieve.pipeline.engine`; default: this "
         "process). The output is the same whatever the engine.",
     ),
 )
-"""The keywords of every function that are the runner's, not the stage's: name, default,
-type (as documentation writes it) and help."""
+"""The keywords of every function that are the runner's, not the stage's: name, default and
+help (their types: :func:`signature`)."""
 
 __all__ = sorted(NAMES)
 
@@ -78,7 +76,7 @@ def make(stage: type[Stage]) -> Callable[..., dict[str, Any]]:
     """The API function of ``stage``: it binds its arguments against its signature
     (:func:`signature`), makes the stage with those options and runs it."""
     sig = signature(stage)
-    options = [p.name for p in sig.parameters.values() if p.name in _fields(stage)]
+    options = list(_fields(stage))
     run = [r[0] for r in RUN]
     name = stage.name.replace("-", "_")
 
@@ -92,13 +90,13 @@ def make(stage: type[Stage]) -> Callable[..., dict[str, Any]]:
         bound.apply_defaults()
         given = bound.arguments
         inputs = {port.name: given[port.attr] for port in stage.inputs}
-        chosen = stage.Options(**{name: given[name] for name in options})
+        chosen = stage.Options(**{o: given[o] for o in options})
         return run_stage(stage(chosen), inputs, given["out"], **{k: given[k] for k in run})
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
     fn.__signature__ = sig  # type: ignore[attr-defined]
-    fn.__doc__ = docstring(stage)
+    fn.__doc__ = docstring(stage, sig)
     return fn
 
 
@@ -151,9 +149,12 @@ def _input_type(port: Input) -> Any:
     return kind if port.positional else kind | None
 
 
-def docstring(stage: type[Stage]) -> str:
-    """The documentation of ``stage``'s function (numpy style): the stage's help, then every
-    parameter with its input's or option's help, and what it returns."""
+def docstring(stage: type[Stage], sig: inspect.Signature) -> str:
+    """The documentation of ``stage``'s function (numpy style, ``sig`` its signature): the
+    stage's help, then every parameter with its input's or option's help, and what it
+    returns."""
+    import typing
+
     from .pipeline.options import params
     from .pipeline.stage import DATASET, PATH, SOURCE
 
@@ -175,11 +176,11 @@ def docstring(stage: type[Stage]) -> str:
         many = ", several" if port.many else ""
         need = "" if port.positional else ", optional" if not port.required else ", required"
         lines += [f"{port.attr} : {kinds[port.kind]}{many}{need}", _wrap(port.help, "    ")]
-    for p in params(stage.Options):
-        kind = p.type.__name__ + (" or None" if p.optional else "")
-        lines += [f"{p.attr} : {kind}, default {p.default!r}", _wrap(p.help, "    ")]
-    for name, default, kind, help in RUN:
-        lines += [f"{name} : {kind}, default {default!r}", _wrap(help, "    ")]
+    helps = [(p.attr, p.help) for p in params(stage.Options)] + [(r[0], r[2]) for r in RUN]
+    for name, help in helps:
+        p = sig.parameters[name]
+        kind = " or ".join(_name(t) for t in typing.get_args(p.annotation) or [p.annotation])
+        lines += [f"{name} : {kind}, default {p.default!r}", _wrap(help, "    ")]
     lines += [
         "",
         "Returns",
@@ -192,6 +193,10 @@ def docstring(stage: type[Stage]) -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _name(kind: Any) -> str:
+    return "None" if kind is type(None) else kind.__name__
 
 
 def _wrap(text: str, indent: str = "") -> str:
