@@ -284,7 +284,7 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     m = api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
                   non_members=b.enc["heldout"], **kw)  # fmt: skip
     d = read_audit(tmp_path / "rep")
-    assert m["stage"] == "audit" and m["options"]["max_identifiers"] == 300
+    assert m["stage"] == "audit" and m["options"]["max-identifiers"] == 300
     assert (tmp_path / "rep" / "index.html").is_file()
     ids = d["identifiers"]["members"]
     assert ids["overall"]["n"] == 300
