@@ -44,7 +44,7 @@ def main() -> None:
 
     from phisieve import read_documents
     from phisieve.detect.recognizers.presidio import PresidioRecognizer
-    from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.run import evaluate, find_spans
     from phisieve.io.annotated import read_physionet_gold
 
     documents = pa.Table.from_batches([b for b, _ in read_documents(corpus() / "id.text")])
@@ -78,7 +78,7 @@ def main() -> None:
     rows = []
     for name, recognizers in runs:
         t = time.perf_counter()
-        detected = detect(documents, recognizers)
+        detected = find_spans(documents, recognizers)
         seconds = time.perf_counter() - t
         r = evaluate(documents, detected, gold, seconds)
         rows.append((name, r, seconds))

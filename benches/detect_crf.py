@@ -54,14 +54,14 @@ def scores_by_threshold(train, train_gold, test, test_gold, corpus_docs, tmp: Pa
     """Train the CRF (and the deny list) on ``train``; score ``test`` at every threshold."""
     from phisieve.detect.crf_train import train_crf
     from phisieve.detect.learnt import learn_deny_list
-    from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.run import evaluate, find_spans
 
     model = tmp / "crf"
     train_crf(train, train_gold, model, corpus=corpus_docs)
     deny = learn_deny_list(train, train_gold)
     out = {}
     for v in GRID:
-        found = detect(
+        found = find_spans(
             test,
             ["rules", "lists", f"crf:{model}"],
             deny=deny,

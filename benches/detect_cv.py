@@ -63,7 +63,7 @@ def main() -> None:
 
     from phisieve.detect.cv import _take, folds, format_mean_sd, summarise
     from phisieve.detect.learnt import learn_deny_list
-    from phisieve.detect.run import detect, evaluate
+    from phisieve.detect.run import evaluate, find_spans
     from phisieve.detect.stage import DetectTrainOptions
     from phisieve.detect.train import train_recognizer
     from phisieve.io.annotated import read_physionet
@@ -106,7 +106,7 @@ def main() -> None:
                 names = [r for r in names if r != "other"]
                 t = time.perf_counter()
                 detected = (
-                    detect(
+                    find_spans(
                         test,
                         names,
                         deny=deny if "lists" in names else None,

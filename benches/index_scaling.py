@@ -31,7 +31,7 @@ def run_phisieve(data: Path, ngram: int, budget: str | None) -> dict:
     from phisieve.term_index.build import IndexReport
 
     report = IndexReport()
-    t = phisieve.index(data, ngram=ngram, k=2, memory_budget=budget, report=report)
+    t = phisieve.term_index.index(data, ngram=ngram, k=2, memory_budget=budget, report=report)
     indirect = pc.sum(t.column("indirect")).as_py()
     return {
         "terms": t.num_rows,

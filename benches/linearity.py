@@ -67,22 +67,20 @@ def run_stages(text: str, tmp: Path, tok: Path) -> dict[str, float]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from phisieve import write_index
-    from phisieve.detect.run import detect, write_spans
-    from phisieve.encode import encode
+    from phisieve import api
 
     tmp.mkdir(parents=True)
     docs = tmp / "docs.parquet"
     pq.write_table(pa.table({"doc_id": ["d0"], "patient_id": ["p0"], "text": [text]}), docs)
     out: dict[str, float] = {}
     t = time.perf_counter()
-    write_spans(detect(docs), tmp / "spans")
+    api.detect(docs, tmp / "spans")
     out["detect"] = time.perf_counter() - t
     t = time.perf_counter()
-    write_index(docs, tmp / "terms", spans=tmp / "spans")
+    api.index(docs, tmp / "terms", spans=tmp / "spans")
     out["index --spans"] = time.perf_counter() - t
     t = time.perf_counter()
-    encode(docs, tmp / "enc", tok, terms=tmp / "terms", spans=tmp / "spans")
+    api.encode(docs, tmp / "enc", tokenizer=tok, terms=tmp / "terms", spans=tmp / "spans")
     out["encode --spans"] = time.perf_counter() - t
     return out
 

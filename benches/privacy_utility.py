@@ -12,7 +12,7 @@ different documents and patients), raw and filtered (indirect identifiers, words
 spans, k = 2). GPT-2 models are also scored as Ignashina & Ive score utility: next-word
 accuracy and the probability of the true word after the first five words of held-out
 sentences. Reference models (BERT ``mlm``, GPT-2 ``clm``) are trained on the reference split.
-Every model is audited (``phisieve.audit.audit``: members vs held-out patients, calibrated by
+Every model is audited (``phisieve.api.audit``: members vs held-out patients, calibrated by
 the reference model of the same epoch) after several numbers of epochs; the reference models
 are audited once, as a control. Identifier flags come from an index of the whole corpus (k =
 2, n = 1) with the gold PHI as direct spans, so "identifier" means "identifies a patient of
@@ -72,22 +72,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from phisieve import ingest, write_index
-from phisieve.corpus.split import split as split_patients
+from phisieve import api
 from phisieve.detect.run import write_spans
-from phisieve.encode import encode
 from phisieve.io.annotated import read_physionet_gold
 from phisieve.io.dataset import dataset_files
-from phisieve.phi.canaries import insert_canaries
-from phisieve.phi.surrogate import surrogate
 from phisieve.pipeline.runner import write_dataset
-from phisieve.synthetic.generate import synth
 
 CORPUS = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "/work/shared/data/physionet-deid"))
 SPLIT = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
 BENCH_KEY = hashlib.sha256(b"phisieve privacy bench").hexdigest().encode()
 """The key of the bench's surrogates, canaries and DP-SGD draws (fixed: the bench repeats)."""
-DP = {"max_per_patient": 8, "max_grad_norm": 1.0, "canary_repeats": (16,)}
+DP = {"max_per_patient": 8, "max_grad_norm": 1.0, "canary_repeats": "16"}
 """Patient-level DP-SGD in the bench: at most 8 sequences of a patient a step, each
 patient's gradient clipped to 1; canary patients' sentence repeated 16 times."""
 
@@ -205,17 +200,24 @@ def first_chars(docs: pa.Table, max_chars: int) -> pa.Table:
     return docs.filter(pa.array(keep))
 
 
+def bench_key(work: Path) -> Path:
+    """:data:`BENCH_KEY` in a file (``work/bench.key``), the ``secret-file`` of the stages."""
+    key = work / "bench.key"
+    key.write_bytes(BENCH_KEY)
+    return key
+
+
 def corpus_notes(work: Path, corpus: str) -> pa.Table:
     """The notes into ``work/docs`` and their gold PHI spans (a ``spans`` table): the
     PhysioNet deid notes and their annotations, or (``synth:N``) ``phisieve synth`` of N
     patients with the placeholders filled by ``phisieve surrogate`` (its spans are the gold)."""
     docs_dir = work / "docs"
     if corpus == "physionet":
-        ingest(CORPUS / "id.text", docs_dir, "physionet", overwrite=True)
+        api.ingest(CORPUS / "id.text", docs_dir, fmt="physionet", overwrite=True)
         return read_physionet_gold(CORPUS / "id-phi.phrase")
     patients = int(corpus.removeprefix("synth:"))
-    synth(work / "synth", patients=patients, seed=0, overwrite=True)
-    surrogate(work / "synth", docs_dir, BENCH_KEY, overwrite=True)
+    api.synth(work / "synth", patients=patients, seed=0, overwrite=True)
+    api.surrogate(work / "synth", docs_dir, secret_file=bench_key(work), overwrite=True)
     docs = pa.concat_tables([pq.read_table(f) for f in dataset_files(docs_dir)])
     return docs.select(["doc_id", "spans"])
 
@@ -231,9 +233,12 @@ def prepare_data(
     docs_dir, gold_dir, terms_dir = work / "docs", work / "gold", work / "terms"
     gold = corpus_notes(work, corpus)
     write_spans(gold, gold_dir, overwrite=True)
-    write_index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
-                overwrite=True)  # fmt: skip
-    summary = split_patients(docs_dir, work / "split", fractions=SPLIT, seed=0, overwrite=True)
+    api.index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
+              overwrite=True)  # fmt: skip
+    fractions = ",".join(f"{name}={share}" for name, share in SPLIT.items())
+    summary = api.split(docs_dir, work / "split", fractions=fractions, seed=0, overwrite=True)[
+        "split"
+    ]
     splits: dict[str, Any] = {}
     for name, part_info in summary["parts"].items():
         part = pa.concat_tables([pq.read_table(f) for f in dataset_files(part_info["path"])])
@@ -265,17 +270,17 @@ def plant_canaries(data: dict[str, Any], work: Path, n: int) -> dict[str, Any]:
     (their words are then counted like any other)."""
     members = data["splits"]["members"]
     out = work / "docs-members_canaries"
-    m = insert_canaries(
-        members["docs"], out, BENCH_KEY, n=n, repeats=DP["canary_repeats"], new_patients=True,
-        coin=True, overwrite=True,
+    m = api.canaries(
+        members["docs"], out, secret_file=bench_key(work), n=n, repeats=DP["canary_repeats"],
+        new_patients=True, coin=True, overwrite=True,
     )  # fmt: skip
     parts = [out] + [data["splits"][k]["docs"] for k in ("reference", "heldout")]
     whole = pa.concat_tables(
         [pq.read_table(f) for p in parts for f in dataset_files(p)], promote_options="default"
     )
     terms = work / "terms-canaries"
-    write_index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
-                overwrite=True)  # fmt: skip
+    api.index(whole, terms, k=2, ngram=1, spans=data["gold"], policy_stats=False,
+              overwrite=True)  # fmt: skip
     data["splits"]["members_canaries"] = {
         **members,
         "docs": out,
@@ -355,10 +360,10 @@ def encode_splits(
         for name, split, pseudo in jobs:
             out = work / f"enc-{kind}-{name}"
             s = data["splits"][split]
-            encode(
+            api.encode(
                 s["docs"],
                 out,
-                tokenizers[kind],
+                tokenizer=tokenizers[kind],
                 terms=data["terms"],
                 spans=s["gold"],
                 max_len=max_len,
@@ -368,8 +373,8 @@ def encode_splits(
             encoded[kind][name] = out
         for name, frags in data.get("fragments", {}).items():
             out = work / f"enc-{kind}-{name}"
-            encode(frags["docs"], out, tokenizers[kind], terms=data["terms"], max_len=max_len,
-                   overwrite=True)  # fmt: skip
+            api.encode(frags["docs"], out, tokenizer=tokenizers[kind], terms=data["terms"],
+                       max_len=max_len, overwrite=True)  # fmt: skip
             encoded[kind][name] = out
     return encoded
 
@@ -464,8 +469,10 @@ def train_run(
     """Train one objective for ``max(epochs)`` epochs; return the model folder at each
     requested epoch (checkpoints every gcd(epochs) epochs, those not asked for deleted; the
     last is the final model)."""
-    from phisieve.training.loop import TrainConfig, train
+    from phisieve.pipeline.runner import run_stage
+    from phisieve.training.loop import TrainConfig
     from phisieve.training.masking import MaskingConfig
+    from phisieve.training.stage import TrainStage
 
     spe = math.ceil(sequences(encoded) / size["batch_size"])  # one optimizer step per batch
     batch_size, learning_rate, dp = size["batch_size"], size["learning_rate"], None
@@ -505,7 +512,7 @@ def train_run(
         model = new_model(run["model"], size, tokenizer)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    summary = train(encoded, model, out, cfg)
+    summary = run_stage(TrainStage.of(cfg, model), {"encoded": encoded}, out)
     seconds = time.perf_counter() - started
     checkpoints = {}
     for e in epochs:
@@ -722,10 +729,10 @@ def next_word(model_path: Path, tokenizer: Path, prompts: list[tuple[str, str]],
 
 def audit_function() -> tuple[Any, Any] | None:
     try:
-        from phisieve.audit import audit, compare_reports
+        from phisieve.audit import compare_reports
     except ImportError:
         return None
-    return audit, compare_reports
+    return api.audit, compare_reports
 
 
 def _g(d: Any, *keys: str) -> Any:
@@ -990,11 +997,14 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
     label = f"{row['run']}@{row['epochs']}"
     try:
         if job["audit"]:
+            from phisieve.audit import read_audit
+
             fns = audit_function()
             assert fns is not None
             t = time.perf_counter()
-            result = fns[0](
-                job["model"],
+            fns[0](
+                job["report"],
+                model=job["model"],
                 members=job["members"],
                 non_members=job["heldout"],
                 reference_model=job["reference"],
@@ -1002,13 +1012,12 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
                 docs=job["docs"],
                 spans=job["spans"],
                 canaries=job.get("canaries"),
-                out=job["report"],
                 device=job["device"],
                 seed=0,
                 overwrite=True,
                 label=label,
             )
-            row["audit"] = summarise(result.data)
+            row["audit"] = summarise(read_audit(job["report"]))
             row["audit_seconds"] = time.perf_counter() - t
             row["report"] = str(job["report"])
             log(f"  audit {label}: {row['audit_seconds']:.0f} s")
@@ -1225,7 +1234,7 @@ def main(argv: list[str] | None = None) -> int:
     with_audit = audit_function() is not None
     use_proxy = args.proxy or not with_audit
     if not with_audit:
-        log("phisieve.audit.audit is not importable yet: training only, with the proxy")
+        log("phisieve.audit is not importable yet: training only, with the proxy")
     command = " ".join(["python", *sys.argv] if argv is None else ["python", *argv])
     started = time.perf_counter()
     timings: dict[str, float] = {}

@@ -137,12 +137,12 @@ def anchor_presidio(work: Path, sample: int = 100) -> dict:
     import pyarrow.parquet as pq
 
     from phisieve.detect.recognizers.presidio import PresidioRecognizer
-    from phisieve.detect.run import detect
+    from phisieve.detect.run import find_spans
 
     docs = pq.read_table(work / "docs").slice(0, sample)
     PresidioRecognizer()  # loaded before timing, as phisieve's recognizers are
     t = time.perf_counter()
-    detect(docs, ["presidio"])
+    find_spans(docs, ["presidio"])
     return {"notes": docs.num_rows, "sample_seconds": time.perf_counter() - t}
 
 

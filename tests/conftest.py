@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,32 +26,47 @@ def physionet_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bytes], Path]:
+    """A file holding a secret key (the ``secret-file`` of surrogate, canaries and train),
+    one per key, in a folder of its own: never beside an output."""
+    files: dict[bytes, Path] = {}
+
+    def write(secret: bytes) -> Path:
+        if secret not in files:
+            files[secret] = tmp_path_factory.mktemp("key") / "key"
+            files[secret].write_bytes(secret)
+        return files[secret]
+
+    return write
+
+
+@pytest.fixture(scope="session")
 def physionet_docs(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The corpus ingested into a documents dataset."""
     from phisieve import ingest
 
     out = tmp_path_factory.mktemp("physionet") / "docs"
-    ingest(physionet_dir / "id.text", out, "physionet")
+    ingest(physionet_dir / "id.text", out, fmt="physionet")
     return out
 
 
 @pytest.fixture(scope="session")
 def physionet_terms(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The k = 2, n = 1 index of the PhysioNet corpus."""
-    from phisieve import write_index
+    from phisieve import api
 
     out = tmp_path_factory.mktemp("physionet") / "terms"
-    write_index(physionet_docs, out, k=2, ngram=1, policy_stats=False)
+    api.index(physionet_docs, out, k=2, ngram=1, policy_stats=False)
     return out
 
 
 @pytest.fixture(scope="session")
 def physionet_spans(physionet_docs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Direct-identifier spans of the corpus (the default recognizers)."""
-    from phisieve.detect.run import detect, write_spans
+    from phisieve import api
 
     out = tmp_path_factory.mktemp("physionet") / "spans"
-    write_spans(detect(physionet_docs), out)
+    api.detect(physionet_docs, out)
     return out
 
 
@@ -80,10 +96,17 @@ def bpe_tokenizer(physionet_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 def encoded_bert(
     physionet_docs, physionet_terms, physionet_spans, minilm, tmp_path_factory
 ) -> Path:
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     out = tmp_path_factory.mktemp("enc") / "bert"
-    encode(physionet_docs, out, minilm, terms=physionet_terms, spans=physionet_spans, max_len=128)
+    encode(
+        physionet_docs,
+        out,
+        tokenizer=minilm,
+        terms=physionet_terms,
+        spans=physionet_spans,
+        max_len=128,
+    )
     return out
 
 
@@ -91,13 +114,13 @@ def encoded_bert(
 def encoded_gpt(
     physionet_docs, physionet_terms, physionet_spans, bpe_tokenizer, tmp_path_factory
 ) -> Path:
-    from phisieve.encode import encode
+    from phisieve.api import encode
 
     out = tmp_path_factory.mktemp("enc") / "gpt"
     encode(
         physionet_docs,
         out,
-        bpe_tokenizer,
+        tokenizer=bpe_tokenizer,
         terms=physionet_terms,
         spans=physionet_spans,
         max_len=128,

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),
     ("audit",),
     ("catalog",),
+    ("api",),
     ("cli",),
 )
 """The package's parts from the lowest to the highest: a module may import its own part and
@@ -100,6 +101,7 @@ def test_at_least_eight_sub_packages() -> None:
     roots = [m for m in INNER if m.count(".") == 1 and not is_package(m, FOUND)]
     assert sorted(roots) == [
         "phisieve._lazy",
+        "phisieve.api",
         "phisieve.catalog",
         "phisieve.dependencies",
         "phisieve.errors",

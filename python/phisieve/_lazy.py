@@ -41,7 +41,7 @@ class LazyModule:
 
         algo = LazyModule(".build", __package__)
         ...
-        algo.write_index(...)   # imported here, once
+        algo.index_piece(...)   # imported here, once
     """
 
     __slots__ = ("_name", "_package")

@@ -13,20 +13,13 @@ import pyarrow as pa
 import pytest
 import torch
 
-from phisieve.audit.run import (
-    _canaries,
-    _identifier_mia,
-    _Side,
-    _verdict,
-    audit,
-    read_audit,
-)
+from phisieve import api
+from phisieve.api import encode
+from phisieve.audit.run import _canaries, _identifier_mia, _Side, _verdict, read_audit
 from phisieve.audit.scoring import Scorer, Sequences, word_occurrences
 from phisieve.cli import main
-from phisieve.encode import encode
 from phisieve.errors import ConfigError, OutputExistsError
 from phisieve.phi import canaries as can
-from phisieve.training.loop import TrainConfig, train
 
 V = 50  # vocabulary of the hand-made models
 
@@ -165,13 +158,11 @@ def test_membership_masks_are_a_pure_function_of_seed_and_sequence():
 
 
 @pytest.fixture(scope="module")
-def canary_docs(tmp_path_factory) -> Path:
-    from phisieve import synth
-
+def canary_docs(tmp_path_factory, key_file) -> Path:
     root = tmp_path_factory.mktemp("canaries")
-    synth(root / "docs", patients=12, seed=0)
-    can.insert_canaries(root / "docs", root / "with", hashlib.sha256(b"audit test key").digest(),
-                        n=3, repeats=(1, 4, 16), kinds=("mrn",))  # fmt: skip
+    api.synth(root / "docs", patients=12, seed=0)
+    key = key_file(hashlib.sha256(b"audit test key").digest())
+    api.canaries(root / "docs", root / "with", secret_file=key, n=3, repeats="1,4,16", kinds="mrn")
     return root / "with"
 
 
@@ -259,10 +250,8 @@ def test_verdict_checks_a_dp_claim():
 
 @pytest.fixture(scope="module")
 def parts(physionet_docs, tmp_path_factory) -> Path:
-    from phisieve.corpus.split import split
-
     out = tmp_path_factory.mktemp("audit") / "splits"
-    split(physionet_docs, out, fractions={"members": 0.3, "reference": 0.4, "heldout": 0.3})
+    api.split(physionet_docs, out, fractions="members=0.3,reference=0.4,heldout=0.3")
     return out
 
 
@@ -274,15 +263,15 @@ def bert_setup(parts, physionet_terms, physionet_spans, minilm, tmp_path_factory
     enc = {}
     for name in ("members", "heldout"):
         enc[name] = root / f"enc_{name}"
-        encode(parts / name, enc[name], minilm, terms=physionet_terms, spans=physionet_spans,
-               max_len=64)  # fmt: skip
+        encode(parts / name, enc[name], tokenizer=minilm, terms=physionet_terms,
+               spans=physionet_spans, max_len=64)  # fmt: skip
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1,
                      num_attention_heads=2, intermediate_size=64,
                      max_position_embeddings=64)  # fmt: skip
     BertForMaskedLM(cfg).save_pretrained(root / "init")
-    cfg = TrainConfig(objective="mlm", max_steps=6, batch_size=16, learning_rate=1e-3, pad_to=8)
-    train(enc["members"], root / "init", root / "mlm", cfg)
+    api.train(enc["members"], root / "mlm", model=root / "init", objective="mlm", max_steps=6,
+              batch_size=16, learning_rate=1e-3, pad_to="8")  # fmt: skip
     return SimpleNamespace(root=root, enc=enc, model=root / "mlm", ref=root / "init")
 
 
@@ -292,10 +281,11 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     kw = dict(reference_model=b.ref, tokenizer=minilm, docs=parts / "members",
               spans=physionet_spans, max_identifiers=300, utility_words=200, n_boot=100,
               name_slots=10, name_candidates=300)  # fmt: skip
-    r = audit(b.model, b.enc["members"], b.enc["heldout"], out=tmp_path / "rep", **kw)
-    d = r.data
-    assert d == read_audit(tmp_path / "rep")
-    assert (tmp_path / "rep" / "index.html").is_file() and r.html == tmp_path / "rep" / "index.html"
+    m = api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["heldout"], **kw)  # fmt: skip
+    d = read_audit(tmp_path / "rep")
+    assert m["stage"] == "audit" and m["options"]["max-identifiers"] == 300
+    assert (tmp_path / "rep" / "index.html").is_file()
     ids = d["identifiers"]["members"]
     assert ids["overall"]["n"] == 300
     assert ids["direct"]["n"] + ids["indirect"]["n"] >= 300
@@ -322,17 +312,22 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     assert len(d["model"]["fingerprint"]) == 64
     assert all("text" not in x for x in d["identifiers"]["top_recovered"])
     # The same seed gives the same numbers (inversion left out: checked above, and slow).
-    again = audit(b.model, b.enc["members"], b.enc["heldout"], **{**kw, "docs": None}).data
+    api.audit(tmp_path / "again", model=b.model, members=b.enc["members"],
+              non_members=b.enc["heldout"], **{**kw, "docs": None})  # fmt: skip
+    again = read_audit(tmp_path / "again")
     for k in ("identifiers", "memorisation", "membership", "identifier_mia"):
         assert again[k] == d[k], k
     with pytest.raises(OutputExistsError):
-        audit(b.model, b.enc["members"], b.enc["heldout"], out=tmp_path / "rep", **kw)
+        api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["heldout"], **kw)  # fmt: skip
 
 
-def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm):
+def test_members_and_non_members_must_not_share_a_patient(bert_setup, minilm, tmp_path):
     b = bert_setup
     with pytest.raises(ConfigError, match="both members and non-members"):
-        audit(b.model, b.enc["members"], b.enc["members"], tokenizer=minilm)
+        api.audit(tmp_path / "rep", model=b.model, members=b.enc["members"],
+                  non_members=b.enc["members"], tokenizer=minilm)  # fmt: skip
+    assert not (tmp_path / "rep").exists()
 
 
 @pytest.mark.slow
@@ -365,7 +360,7 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
     enc = {}
     for name in ("members", "heldout"):
         enc[name] = tmp_path / name
-        encode(parts / name, enc[name], bpe_tokenizer, terms=physionet_terms,
+        encode(parts / name, enc[name], tokenizer=bpe_tokenizer, terms=physionet_terms,
                spans=physionet_spans, max_len=64)  # fmt: skip
     tok = AutoTokenizer.from_pretrained(bpe_tokenizer)
     torch.manual_seed(0)
@@ -373,11 +368,13 @@ def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_token
                      bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
                      pad_token_id=tok.pad_token_id)  # fmt: skip
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "init")
-    tc = TrainConfig(objective="ppclm", max_steps=4, batch_size=16, learning_rate=1e-3, pad_to=8)
-    train(enc["members"], tmp_path / "init", tmp_path / "clm", tc)
-    d = audit(tmp_path / "clm", enc["members"], enc["heldout"], tokenizer=bpe_tokenizer,
-              docs=parts / "members", max_identifiers=200, utility_words=100, n_boot=50,
-              generation_prompts=4).data  # fmt: skip
+    api.train(enc["members"], tmp_path / "clm", model=tmp_path / "init", objective="ppclm",
+              max_steps=4, batch_size=16, learning_rate=1e-3, pad_to="8")  # fmt: skip
+    api.audit(tmp_path / "rep", model=tmp_path / "clm", members=enc["members"],
+              non_members=enc["heldout"], tokenizer=bpe_tokenizer, docs=parts / "members",
+              max_identifiers=200, utility_words=100, n_boot=50,
+              generation_prompts=4)  # fmt: skip
+    d = read_audit(tmp_path / "rep")
     assert d["model"]["kind"] == "causal" and d["model"]["objective"] == "ppclm"
     assert d["generation"]["prompts"] == 4 and d["generation"]["tokens"] == 4 * 32
     assert d["inversion"] == {"slots": 0, "why": "model inversion is defined here for masked LMs"}

@@ -10,13 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from phisieve.corpus.split import (
-    assign,
-    check_fractions,
-    parse_fractions,
-    part_sizes,
-    split,
-)
+from phisieve.api import split
+from phisieve.corpus.split import assign, check_fractions, parse_fractions, part_sizes
 from phisieve.errors import ConfigError, InputError, OutputExistsError
 from phisieve.io.dataset import dataset_files, read_manifest
 from phisieve.io.sources import open_source
@@ -63,7 +58,7 @@ def assignment(out) -> dict[str, str]:
 def test_parts_are_disjoint_cover_every_patient_and_have_exact_sizes(tmp_path):
     docs = corpus(10)
     write_dataset(docs, tmp_path / "docs")
-    s = split(tmp_path / "docs", tmp_path / "split")
+    s = split(tmp_path / "docs", tmp_path / "split")["split"]
     parts = parts_of(tmp_path / "split")
     patients = {name: set(t.column("patient_id").to_pylist()) for name, t in parts.items()}
     assert [len(patients[n]) for n in PARTS] == [6, 2, 2]
@@ -169,8 +164,8 @@ def test_parse_fractions():
 def test_bad_options_are_refused_before_anything_is_written(tmp_path):
     docs = corpus(4)
     for kw in (
-        {"fractions": {"members": 0.5, "heldout": 0.4}},
-        {"fractions": {"members/x": 0.5, "heldout": 0.5}},
+        {"fractions": "members=0.5,heldout=0.4"},
+        {"fractions": "members/x=0.5,heldout=0.5"},
         {"by": "visit"},
         {"seed": -1},
         {"seed": 2**64},
@@ -207,7 +202,7 @@ def test_rerun_needs_overwrite_and_out_holds_only_parts(tmp_path):
 
 def test_by_document(tmp_path):
     docs = corpus(10)  # 19 documents
-    s = split(docs, tmp_path / "s", by="document", fractions={"train": 0.5, "test": 0.5})
+    s = split(docs, tmp_path / "s", by="document", fractions="train=0.5,test=0.5")["split"]
     train, test = read_part(tmp_path / "s" / "train"), read_part(tmp_path / "s" / "test")
     assert (train.num_rows, test.num_rows) == (10, 9)  # 9.5 each: the tie goes to train
     assert set(train["doc_id"].to_pylist()).isdisjoint(test["doc_id"].to_pylist())

@@ -36,7 +36,7 @@ from phisieve.detect.recognizers.crf import (
     physionet_crf,
     token_table,
 )
-from phisieve.detect.run import detect, detector
+from phisieve.detect.run import detector, find_spans
 from phisieve.detect.stage import DEFAULT_RECOGNIZERS, CrfTrainOptions
 from phisieve.errors import ConfigError, MissingDependencyError, MissingModelError, PhisieveError
 from phisieve.io.annotated import read_physionet
@@ -299,7 +299,7 @@ def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):
     assert set(info["finder_labels"]) - set(info["labels"]) == {"ID"}  # from the copies only
     # No text of the notes in what the model folder records.
     assert not any(w in json.dumps(info) for w in ("Dr.", "Hospital"))
-    found = detect(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])
+    found = find_spans(docs.slice(0, 20), ["rules", "lists", f"crf:{tmp_path / 'a'}"])
     sources = {s["source"] for row in found.column("spans").to_pylist() for s in row}
     assert any("crf:" in s for s in sources)
 
@@ -351,7 +351,7 @@ def test_model_folders_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="format 'x'"):
         CrfRecognizer(tmp_path / "old")
     with pytest.raises(ConfigError, match="crf recognizer once"):
-        detect(pa.table({"doc_id": ["a"], "text": ["x"]}), ["crf", f"crf:{physionet_crf()}"])
+        find_spans(pa.table({"doc_id": ["a"], "text": ["x"]}), ["crf", f"crf:{physionet_crf()}"])
 
 
 def test_cross_validation_never_uses_a_trained_crf(physionet):
@@ -363,7 +363,7 @@ def test_cross_validation_never_uses_a_trained_crf(physionet):
 def test_default_detection_runs_the_physionet_crf():
     assert DEFAULT_RECOGNIZERS == ("rules", "lists", "crf")
     text = "Seen 7/22/97 by Dr. Quaxley Mesite; e-mail jo@example.org."
-    found = detect(pa.table({"doc_id": ["a"], "text": [text]}))
+    found = find_spans(pa.table({"doc_id": ["a"], "text": [text]}))
     spans = found.column("spans").to_pylist()[0]
     assert {text[s["start"] : s["end"]] for s in spans} >= {"7/22/97", "Mesite", "jo@example.org"}
 
@@ -399,8 +399,8 @@ def test_crf_without_its_distribution_says_how_to_install_it(monkeypatch, tmp_pa
     monkeypatch.setitem(sys.modules, "phisieve_models_physionet", None)
     notes = pa.table({"doc_id": ["a"], "text": [NOTE]})
     calls = (
-        lambda: detect(notes),  # the default recognizers
-        lambda: detect(notes, ["rules", "crf"]),
+        lambda: find_spans(notes),  # the default recognizers
+        lambda: find_spans(notes, ["rules", "crf"]),
         lambda: CrfRecognizer(),
         lambda: DetectStage(recognizers="rules,lists,crf"),
     )
@@ -416,8 +416,8 @@ def test_crf_without_its_distribution_says_how_to_install_it(monkeypatch, tmp_pa
         assert isinstance(raised.value, PhisieveError) and isinstance(raised.value, ImportError)
         assert raised.value.distribution == MODELS
     # Without the bare `crf`, nothing is missing: rules and lists, or a CRF of one's own.
-    assert detect(notes, ["rules", "lists"]).num_rows == 1
-    found = detect(notes, ["rules", "lists", f"crf:{own}"]).column("spans").to_pylist()[0]
+    assert find_spans(notes, ["rules", "lists"]).num_rows == 1
+    found = find_spans(notes, ["rules", "lists", f"crf:{own}"]).column("spans").to_pylist()[0]
     assert any("crf:" in s["source"] for s in found)
     # The command stops before writing anything, on one line that names the distribution.
     with pytest.raises(SystemExit) as exited:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
-from phisieve.detect.run import detect, evaluate, evaluate_corpus, merge_spans, read_word_list
+from phisieve.detect.run import evaluate, evaluate_corpus, find_spans, merge_spans, read_word_list
 from phisieve.errors import ConfigError
 
 
@@ -25,7 +25,7 @@ def found(texts, **kw):
     """What ``detect`` finds in ``texts``: by default with the hand-written recognizers
     (``rules,lists``) whose behaviour these tests specify; the ``crf`` has its own tests."""
     kw.setdefault("recognizers", ["rules", "lists"])
-    table = detect(docs(texts), **kw)
+    table = find_spans(docs(texts), **kw)
     return [
         [(t[s["start"] : s["end"]], s["label"], s["source"]) for s in spans]
         for t, spans in zip(texts, table.column("spans").to_pylist(), strict=True)
@@ -94,12 +94,12 @@ def test_empty_null_and_enormous_notes():
     notes = pa.table(
         {"doc_id": ["a", "b", "c"], "text": pa.array(["", None, big], pa.large_string())}
     )
-    spans = detect(notes, ["rules", "lists"]).column("spans").to_pylist()
+    spans = find_spans(notes, ["rules", "lists"]).column("spans").to_pylist()
     assert spans[0] == [] and spans[1] == [] and len(spans[2]) == 180_000
     assert all(big[s["start"] : s["end"]] in ("7/22", "Smith") for s in spans[2][:10])
     # The default adds the CRF: it keeps and confirms every one of them, in one sequence of
     # 720k words (its span/word matching never pairs every span with every word).
-    spans = detect(notes).column("spans").to_pylist()
+    spans = find_spans(notes).column("spans").to_pylist()
     assert spans[0] == [] and spans[1] == []
     found = [s for s in spans[2] if big[s["start"] : s["end"]] in ("7/22", "Smith")]
     assert len(found) == 180_000 and all("crf:" in s["source"] for s in found)
@@ -113,7 +113,7 @@ def test_empty_null_and_enormous_notes():
 
 def test_bad_recognizer_is_a_config_error_without_text():
     with pytest.raises(ConfigError, match="unknown recognizer 'spacy-xl'") as e:
-        detect(docs(["secret Patient Name"]), ["spacy-xl"])
+        find_spans(docs(["secret Patient Name"]), ["spacy-xl"])
     assert "Patient" not in str(e.value)
 
 
@@ -182,7 +182,7 @@ def test_index_spans_marks_the_words_of_direct_spans(tmp_path):
             "text": ["Seen by Dr. Smith today", "Smith called", "Dr. Jones and smith's dog"],
         }
     )
-    spans = detect(documents)
+    spans = find_spans(documents)
     write_dataset(spans, tmp_path / "spans", stage="detect")
     terms = index(documents, k=2, ngram=2, spans=tmp_path / "spans")
     direct = {
@@ -247,8 +247,8 @@ def test_presidio_anchor_on_physionet(physionet_dir):
     documents = pa.Table.from_batches([b for b, _ in read_documents(physionet_dir / "id.text")])
     documents = documents.slice(0, 120)
     gold = read_physionet_gold(physionet_dir)
-    presidio = evaluate(documents, detect(documents, ["presidio"]), gold)
-    rules = evaluate(documents, detect(documents, ["rules"]), gold)
+    presidio = evaluate(documents, find_spans(documents, ["presidio"]), gold)
+    rules = evaluate(documents, find_spans(documents, ["rules"]), gold)
     assert presidio["char_precision"] < 0.1 < rules["char_precision"]
     assert rules["span_recall"] > presidio["span_recall"]
 
@@ -264,7 +264,7 @@ def test_score_thresholds_per_recognizer():
     kept = found([text], deny=deny, min_score={"*": 0.9})[0]
     assert [w for w, _, _ in kept] == ["CALVERT"]
     with pytest.raises(ConfigError, match="unknown recognizer 'spacy'"):
-        detect(docs([text]), min_score={"spacy": 0.5})
+        find_spans(docs([text]), min_score={"spacy": 0.5})
 
 
 def test_cli_min_score_forms():
@@ -283,11 +283,11 @@ def test_no_note_text_in_logs_or_errors(caplog, capsys, tmp_path):
     secret_words = ["Zyxwvut", "Qwertyson"]
     text = f"Pt {secret_words[0]} seen by Dr. {secret_words[1]} on 7/22, call 617-555-1234."
     caplog.set_level(logging.DEBUG)
-    spans = detect(docs([text]), ["rules", "lists", "presidio"])
+    spans = find_spans(docs([text]), ["rules", "lists", "presidio"])
     assert spans.column("spans").to_pylist()[0]
     bad = pa.table({"doc_id": ["a"], "body": [text]})
     with pytest.raises(Exception) as e:
-        detect(bad)
+        find_spans(bad)
     printed = capsys.readouterr()
     for word in secret_words:
         assert word not in caplog.text

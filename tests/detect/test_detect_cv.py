@@ -11,7 +11,7 @@ import pytest
 from phisieve.cli import main
 from phisieve.detect.cv import cross_validate, folds, summarise
 from phisieve.detect.learnt import learn_deny_list, write_word_list
-from phisieve.detect.run import detect, evaluate, read_word_list
+from phisieve.detect.run import evaluate, find_spans, read_word_list
 from phisieve.errors import ConfigError
 from phisieve.io.annotated import read_physionet
 from phisieve.io.schema import spans_array
@@ -168,7 +168,7 @@ def test_corpus_statistics_can_come_from_a_larger_corpus():
     one = site.slice(0, 1)
 
     def names(**kw):
-        (spans,) = detect(one, ["lists"], **kw).column("spans").to_pylist()
+        (spans,) = find_spans(one, ["lists"], **kw).column("spans").to_pylist()
         return [s["label"] for s in spans]
 
     assert names() == ["NAME"]
@@ -240,7 +240,7 @@ def test_learn_deny_command(tmp_path, capsys):
     main(["learn-deny", str(folder), "--out", str(out), "--overwrite"])
     assert read_word_list(out) == {"calvert": "LOCATION", "quaxley": "NAME"}
     (spans,) = (
-        detect(
+        find_spans(
             pa.table({"doc_id": ["x"], "text": ["Quaxley and Calvert."]}),
             ["lists"],
             deny=read_word_list(out),
@@ -259,7 +259,7 @@ def test_integer_document_ids_are_scored():
     documents, gold = annotated([("a", "Zarquon saw him.", [("Zarquon", "HCPName")])] * 4)
     ints = documents.set_column(0, "doc_id", pa.array([0, 1, 2, 3], pa.int64()))
     gold_ints = gold.set_column(0, "doc_id", pa.array([0, 1, 2, 3], pa.int64()))
-    found = detect(ints, ["lists"], deny={"zarquon": "NAME"}, dictionaries_enabled=False)
+    found = find_spans(ints, ["lists"], deny={"zarquon": "NAME"}, dictionaries_enabled=False)
     assert found.column("doc_id").to_pylist() == ["0", "1", "2", "3"]
     assert evaluate(ints, found, gold_ints)["span_recall"] == 1.0
 

@@ -12,7 +12,7 @@ import pytest
 from phisieve.cli import main
 from phisieve.detect.labels import CATEGORIES, LABELS, category
 from phisieve.detect.recognizers.model import ModelRecognizer
-from phisieve.detect.run import detect, evaluate
+from phisieve.detect.run import evaluate, find_spans
 from phisieve.detect.stage import DetectTrainOptions as Options
 from phisieve.detect.train import read_annotated, token_labels, train_recognizer
 from phisieve.errors import ConfigError
@@ -128,7 +128,7 @@ def test_window_labels_are_bio_over_gold_spans():
 
 def test_a_tiny_model_learns_names_it_never_saw(tiny_model: Path):
     documents, gold = synthetic(HELD_OUT, 30, seed=2)
-    found = detect(documents, [f"model:{tiny_model}"], model_options={"device": "cpu"})
+    found = find_spans(documents, [f"model:{tiny_model}"], model_options={"device": "cpu"})
     scores = evaluate(documents, found, gold)
     assert scores["span_recall"] >= 0.8
     assert scores["char_precision"] >= 0.8
@@ -201,7 +201,7 @@ def test_code_points_whole_words_and_enormous_notes(tiny_model: Path):
 
 def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
     text = "Seen by Dr. Penhallow today, plan unchanged. Call 617-555-0199 on 3/4/2091."
-    table = detect(
+    table = find_spans(
         pa.table({"doc_id": ["a"], "text": [text]}),
         ["rules", "lists", f"model:{tiny_model}"],
         model_options={"device": "cpu"},
@@ -212,7 +212,7 @@ def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
     name = [s for s in spans if text[s["start"] : s["end"]] == "Penhallow"]
     assert len(name) == 1 and "model:NAME" in name[0]["source"].split("+")
     with pytest.raises(ConfigError, match="model:DIR"):
-        detect(pa.table({"doc_id": ["a"], "text": [text]}), ["model"])
+        find_spans(pa.table({"doc_id": ["a"], "text": [text]}), ["model"])
 
 
 def test_a_folder_that_is_not_a_recognizer_is_refused(tiny_base: Path, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from phisieve.detect.recognizers import dictionaries
 from phisieve.detect.recognizers.stanza import LABELS, doc_spans, download_command
-from phisieve.detect.run import detect
+from phisieve.detect.run import find_spans
 from phisieve.errors import ConfigError
 
 
@@ -29,7 +29,7 @@ def found(notes: list[tuple[str, str]], **kw) -> list[set[tuple[str, str]]]:
     """Per note: {(span text, source)}, found by ``rules,lists`` (the recognizers these tests
     specify) unless told otherwise."""
     kw.setdefault("recognizers", ["rules", "lists"])
-    table = detect(corpus(notes), **kw)
+    table = find_spans(corpus(notes), **kw)
     return [
         {(text[s["start"] : s["end"]], s["source"]) for s in spans}
         for (_, text), spans in zip(notes, table.column("spans").to_pylist(), strict=True)
@@ -250,7 +250,7 @@ def test_stanza_recognizer_in_detect_with_long_notes(monkeypatch):
     monkeypatch.setattr(stanza, "Pipeline", Pipeline)
     long = "pt ok " * 5000 + "Hulse aware " + "pt ok " * 5000
     texts = ["seen by Hulse", "", long]
-    table = detect(
+    table = find_spans(
         pa.table({"doc_id": ["a", "b", "c"], "text": texts}),
         recognizers=["stanza"],
     )

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from phisieve import InputError, normalize_word, read_terms
+from phisieve.api import encode
 from phisieve.detect.run import write_spans
-from phisieve.encode import ENCODED, encode, load_tokenizer, read_encoding
+from phisieve.encode import ENCODED, load_tokenizer, read_encoding
 from phisieve.io.schema import SPANS
 from tests import reference as ref
 
@@ -104,7 +105,9 @@ def test_direct_spans_mark_the_patient_words_and_pseudonymize(physionet_docs, mi
         }
     )
     pq.write_table(spans, tmp_path / "spans.parquet")
-    m = encode(docs, tmp_path / "enc", minilm, spans=tmp_path / "spans.parquet", max_len=64)
+    m = encode(
+        docs, tmp_path / "enc", tokenizer=minilm, spans=tmp_path / "spans.parquet", max_len=64
+    )
     enc = read(tmp_path / "enc")
     assert m["direct"] > 0 and m["protected"] == m["direct"]
     tok = load_tokenizer(minilm)
@@ -123,7 +126,7 @@ def test_direct_spans_mark_the_patient_words_and_pseudonymize(physionet_docs, mi
     p = encode(
         docs,
         tmp_path / "pseudo",
-        minilm,
+        tokenizer=minilm,
         spans=tmp_path / "spans.parquet",
         max_len=64,
         pseudonymize=True,
@@ -228,10 +231,10 @@ def test_patient_span_words_reach_every_document_of_the_patient_whatever_the_bat
 def test_bad_input_is_a_clear_error(minilm, tmp_path):
     docs = pa.table({"doc_id": ["d"], "patient_id": ["p"], "txt": ["secret words"]})
     with pytest.raises(InputError, match="text") as e:
-        encode(docs, tmp_path / "o", minilm)
+        encode(docs, tmp_path / "o", tokenizer=minilm)
     assert "secret" not in str(e.value)
     with pytest.raises(InputError, match="tokenizer"):
-        encode(docs, tmp_path / "o", tmp_path / "nothing")
+        encode(docs, tmp_path / "o", tokenizer=tmp_path / "nothing")
     with pytest.raises(InputError, match="not a complete phisieve dataset"):
         read_encoding(tmp_path)
     write_spans(pa.table({"doc_id": ["d"], "spans": pa.array([[]], SPANS)}), tmp_path / "sp")

@@ -216,14 +216,15 @@ def test_stages_refuse_an_incomplete_input(
 def test_a_missing_spans_folder_is_noticed_before_the_work(
     outputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import phisieve.term_index as ti
+    import phisieve.term_index.build as build
+    from phisieve import api
 
     def never(*a: object, **k: object) -> None:  # pragma: no cover - the bug
         raise AssertionError("the index ran before its inputs were checked")
 
-    monkeypatch.setattr(ti, "index", never)
+    monkeypatch.setattr(build, "index_piece", never)
     with pytest.raises(InputError, match="no such file or folder") as e:
-        ti.write_index(outputs / "filled", tmp_path / "t", spans=tmp_path / "nope")
+        api.index(outputs / "filled", tmp_path / "t", spans=tmp_path / "nope")
     assert "nope" in str(e.value)
 
 

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from phisieve.api import ingest
 from phisieve.cli import main
-from phisieve.corpus.ingest import ingest
 from phisieve.errors import InputError
 from phisieve.io.dataset import read_manifest, read_rejected
 from phisieve.io.readers import REASONS, csv_repair, mimic, read_documents

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phisieve.corpus.ingest import ingest
+from phisieve.api import ingest
 from phisieve.io.dataset import read_manifest, read_rejected
 from phisieve.io.readers import REASONS, mimic, read_documents
 

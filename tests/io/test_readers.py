@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phisieve.corpus.ingest import ingest
+from phisieve.api import ingest
 from phisieve.errors import InputError
 from phisieve.io.dataset import read_manifest, read_rejected
 from phisieve.io.readers import FORMATS, NOT_UTF8, REASONS, Rejection, mimic, read_documents

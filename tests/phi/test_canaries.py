@@ -10,6 +10,7 @@ import re
 import shutil
 import struct
 from collections import Counter
+from collections.abc import Callable
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
@@ -19,6 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from phisieve import api
+from phisieve.api import synth
 from phisieve.errors import ConfigError, InputError, PhisieveError
 from phisieve.io.dataset import dataset_files, meta_dir, read_manifest, side_file
 from phisieve.io.schema import SPANS
@@ -29,7 +32,6 @@ from phisieve.phi.canaries import (
     WORDS,
     candidate_indices,
     candidates,
-    insert_canaries,
     read_canaries,
     secret_at,
     secrets_at,
@@ -40,7 +42,6 @@ from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.runner import run_stage
 from phisieve.pipeline.stage import Context
 from phisieve.pipeline.stats import Stats
-from phisieve.synthetic.generate import synth
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
 SECRET = b"39681a57149459b6124cc3210de7c47180499cac79413be75eb3144c388a4d11"
@@ -79,9 +80,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def planted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def planted(
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory, key_file: Callable[[bytes], Path]
+) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("canaries") / "out"
-    return out, insert_canaries(corpus, out, SECRET, n=30)
+    return out, api.canaries(corpus, out, secret_file=key_file(SECRET), n=30)
 
 
 # The first three hosts of each canary of test_uneven_split... under SECRET (patients p5, p0,
@@ -327,10 +330,10 @@ def test_notes_keep_their_text_as_a_prefix_and_other_rows_are_identical(corpus, 
     assert changed == len(added) == read_manifest(out)["notes_modified"]
 
 
-def test_a_rerun_writes_the_same_bytes(corpus, planted, tmp_path):
+def test_a_rerun_writes_the_same_bytes(corpus, planted, tmp_path, key_file):
     out, _ = planted
     again = tmp_path / "again"
-    insert_canaries(corpus, again, SECRET, n=30)
+    api.canaries(corpus, again, secret_file=key_file(SECRET), n=30)
     assert [Path(f).read_bytes() for f in dataset_files(again)] == [
         Path(f).read_bytes() for f in dataset_files(out)
     ]
@@ -339,9 +342,9 @@ def test_a_rerun_writes_the_same_bytes(corpus, planted, tmp_path):
     )
 
 
-def test_a_different_secret_plants_different_canaries(corpus, planted, tmp_path):
+def test_a_different_secret_plants_different_canaries(corpus, planted, tmp_path, key_file):
     out, _ = planted
-    insert_canaries(corpus, tmp_path / "other", OTHER_SECRET, n=30)
+    api.canaries(corpus, tmp_path / "other", secret_file=key_file(OTHER_SECRET), n=30)
     mine = read_canaries(out).to_pylist()
     other = read_canaries(tmp_path / "other").to_pylist()
     assert [r["secret"] for r in mine] != [r["secret"] for r in other]
@@ -381,12 +384,12 @@ def random_batches(table: pa.Table, seed: int) -> list[pa.RecordBatch]:
 
 
 @pytest.mark.parametrize("grouped", [True, False])
-def test_canaries_do_not_depend_on_row_order(tmp_path, grouped):
+def test_canaries_do_not_depend_on_row_order(tmp_path, grouped, key_file):
     table = small_docs({f"p{i}": 1 + i % 3 for i in range(9)})
-    insert_canaries(table, tmp_path / "a", SECRET, n=7)
+    api.canaries(table, tmp_path / "a", secret_file=key_file(SECRET), n=7)
     for seed in range(3):
         b = tmp_path / f"b{seed}"
-        insert_canaries(shuffled(table, seed, grouped), b, SECRET, n=7)
+        api.canaries(shuffled(table, seed, grouped), b, secret_file=key_file(SECRET), n=7)
         # The same canaries in the same notes: equal side files, equal rows by doc_id.
         assert read_canaries(b).equals(read_canaries(tmp_path / "a"))
         assert by_doc(read(b)) == by_doc(read(tmp_path / "a"))
@@ -419,14 +422,14 @@ def test_the_batch_function_takes_any_subset_of_rows(corpus, planted):
         assert got == want
 
 
-def test_canary_notes_must_have_distinct_doc_ids(tmp_path):
+def test_canary_notes_must_have_distinct_doc_ids(tmp_path, key_file):
     table = small_docs({"a": 2, "b": 2})
     twice = table.set_column(0, "doc_id", pa.array(["a-0", "a-0", "b-0", "b-1"]))
     with pytest.raises(InputError, match="doc_id 'a-0' names several notes"):
-        insert_canaries(twice, tmp_path / "x", SECRET, n=2)
+        api.canaries(twice, tmp_path / "x", secret_file=key_file(SECRET), n=2)
     # One doc_id in two patients is no ambiguity: notes are addressed by (patient, doc_id).
     shared = table.set_column(0, "doc_id", pa.array(["n0", "n1", "n0", "n1"]))
-    insert_canaries(shared, tmp_path / "ok", SECRET, n=2, repeats=(4,))
+    api.canaries(shared, tmp_path / "ok", secret_file=key_file(SECRET), n=2, repeats="4")
     after = read(tmp_path / "ok")
     for c in read_canaries(tmp_path / "ok").to_pylist():
         mine = [t for t in after.to_pylist() if t["patient_id"] == c["patient_id"]]
@@ -435,10 +438,12 @@ def test_canary_notes_must_have_distinct_doc_ids(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_uneven_split_round_robin_and_spans_stay_valid(tmp_path):
+def test_uneven_split_round_robin_and_spans_stay_valid(tmp_path, key_file):
     # 7 canaries over (1, 4, 16): 3, 2, 2. Patients have 1-3 notes.
     table = small_docs({f"p{i}": 1 + i % 3 for i in range(9)})
-    manifest = insert_canaries(table, tmp_path / "out", SECRET, n=7, kinds=("mrn", "date"))
+    manifest = api.canaries(
+        table, tmp_path / "out", secret_file=key_file(SECRET), n=7, kinds="mrn,date"
+    )
     rows = read_canaries(tmp_path / "out").to_pylist()
     assert [(r["repeats"], r["kind"]) for r in rows] == [
         (1, "mrn"), (1, "date"), (1, "mrn"), (4, "mrn"), (4, "date"), (16, "mrn"), (16, "date"),
@@ -474,7 +479,7 @@ def test_nothing_secret_in_the_manifest(planted):
     assert sorted(p.name for p in meta_dir(out).iterdir()) == [CANARIES_FILE, "manifest.json"]
 
 
-def test_refusals_name_no_secret(corpus, planted, tmp_path):
+def test_refusals_name_no_secret(corpus, planted, tmp_path, key_file):
     out, _ = planted
     planted_secrets = [c["secret"] for c in read_canaries(out).to_pylist()]
     errors = []
@@ -483,23 +488,25 @@ def test_refusals_name_no_secret(corpus, planted, tmp_path):
         (b"0" * 64, "repeats a short pattern"),
     ]:
         with pytest.raises(ConfigError, match=match) as e:
-            insert_canaries(corpus, tmp_path / "x", bad, n=5)
+            api.canaries(corpus, tmp_path / "x", secret_file=key_file(bad), n=5)
         errors.append(str(e.value))
     with pytest.raises(ConfigError, match=r"41 canaries need 41 patients.*have 40") as e:
-        insert_canaries(corpus, tmp_path / "x", SECRET, n=41)
+        api.canaries(corpus, tmp_path / "x", secret_file=key_file(SECRET), n=41)
     errors.append(str(e.value))
-    for kw in ({"n": 0}, {"repeats": ()}, {"repeats": (4, 4)}, {"repeats": (0,)},
-               {"kinds": ("ssn",)}, {"kinds": ()}):  # fmt: skip
+    for kw in ({"n": 0}, {"repeats": ""}, {"repeats": "4,4"}, {"repeats": "0"},
+               {"kinds": "ssn"}, {"kinds": ""}):  # fmt: skip
         with pytest.raises(ConfigError) as e:
-            insert_canaries(corpus, tmp_path / "x", SECRET, **kw)
+            api.canaries(corpus, tmp_path / "x", secret_file=key_file(SECRET), **kw)
         errors.append(str(e.value))
     with pytest.raises(InputError, match="three times") as e:
-        insert_canaries(pa.RecordBatchReader.from_batches(
+        api.canaries(pa.RecordBatchReader.from_batches(
             small_docs({"a": 1}).schema, small_docs({"a": 1}).to_batches()
-        ), tmp_path / "x", SECRET, n=1)  # fmt: skip
+        ), tmp_path / "x", secret_file=key_file(SECRET), n=1)  # fmt: skip
     errors.append(str(e.value))
     with pytest.raises(InputError, match="doc_id") as e:
-        insert_canaries(small_docs({"a": 1}).drop(["doc_id"]), tmp_path / "x", SECRET, n=1)
+        api.canaries(
+            small_docs({"a": 1}).drop(["doc_id"]), tmp_path / "x", secret_file=key_file(SECRET), n=1
+        )
     errors.append(str(e.value))
     assert not (tmp_path / "x").exists()
     for msg in errors:
@@ -545,10 +552,18 @@ def test_canaries_command(corpus, planted, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def coined(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def coined(
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory, key_file: Callable[[bytes], Path]
+) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("canaries") / "coin"
-    manifest = insert_canaries(
-        corpus, out, SECRET, n=50, repeats=(4, 16), new_patients=True, coin=True
+    manifest = api.canaries(
+        corpus,
+        out,
+        secret_file=key_file(SECRET),
+        n=50,
+        repeats="4,16",
+        new_patients=True,
+        coin=True,
     )
     return out, manifest
 
@@ -583,11 +598,11 @@ def test_canary_patients_are_new_patients_planted_by_a_keyed_coin(corpus, coined
     )
 
 
-def test_another_key_flips_other_coins(corpus, coined, tmp_path):
+def test_another_key_flips_other_coins(corpus, coined, tmp_path, key_file):
     out, _ = coined
-    other = insert_canaries(
-        corpus, tmp_path / "o", OTHER_SECRET, n=50, repeats=(4, 16), new_patients=True,
-        coin=True,
+    other = api.canaries(
+        corpus, tmp_path / "o", secret_file=key_file(OTHER_SECRET), n=50, repeats="4,16",
+        new_patients=True, coin=True,
     )  # fmt: skip
     assert other["planted"] != 0
     mine = [r["included"] for r in read_canaries(out).to_pylist()]
@@ -595,18 +610,18 @@ def test_another_key_flips_other_coins(corpus, coined, tmp_path):
     assert mine != theirs
 
 
-def test_a_coin_needs_new_patients_and_new_ids(corpus, tmp_path):
+def test_a_coin_needs_new_patients_and_new_ids(corpus, tmp_path, key_file):
     with pytest.raises(ConfigError, match="--coin needs --new-patients"):
-        insert_canaries(corpus, tmp_path / "a", SECRET, n=5, coin=True)
+        api.canaries(corpus, tmp_path / "a", secret_file=key_file(SECRET), n=5, coin=True)
     docs = read(corpus)
     clash = docs.set_column(
         1, "patient_id", pa.array(["patient-canary-001"] * docs.num_rows, pa.string())
     )
     with pytest.raises(InputError, match="already has a patient named like a canary"):
-        insert_canaries(clash, tmp_path / "b", SECRET, n=5, new_patients=True)
+        api.canaries(clash, tmp_path / "b", secret_file=key_file(SECRET), n=5, new_patients=True)
     numbers = docs.set_column(0, "doc_id", pa.array(range(docs.num_rows), pa.int64()))
     with pytest.raises(InputError, match="text ids"):
-        insert_canaries(numbers, tmp_path / "c", SECRET, n=5, new_patients=True)
+        api.canaries(numbers, tmp_path / "c", secret_file=key_file(SECRET), n=5, new_patients=True)
     assert not any((tmp_path / x).exists() for x in "abc")
 
 

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import phisieve
+from phisieve.api import placeholders
 from phisieve.errors import InputError
 from phisieve.io.annotated import read_physionet
 from phisieve.io.schema import SPANS
-from phisieve.phi.gold import placeholder_ids, placeholders, to_placeholders
+from phisieve.phi.gold import placeholder_ids, to_placeholders
 from phisieve.phi.placeholders import find, kind_of, report, sex_of
 from phisieve.phi.stage import PlaceholdersStage
 from phisieve.pipeline.engine import LocalEngine

@@ -20,18 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phisieve import _core
+from phisieve.api import placeholders, surrogate
 from phisieve.cli import main
 from phisieve.errors import ConfigError, InputError
 from phisieve.io.annotated import PHYSIONET_LABELS, read_physionet_gold
 from phisieve.io.dataset import read_manifest, side_file
-from phisieve.phi.gold import (
-    CATEGORY_OF_KIND,
-    placeholder_text,
-    placeholders,
-    to_placeholders,
-)
+from phisieve.phi.gold import CATEGORY_OF_KIND, placeholder_text, to_placeholders
 from phisieve.phi.placeholders import KINDS, find
-from phisieve.phi.surrogate import SurrogateFiller, date_anchors, read_secret, surrogate
+from phisieve.phi.surrogate import SurrogateFiller, date_anchors, read_secret
 from phisieve.pipeline.engine import LocalEngine
 
 # Secrets as `python -c "import secrets; print(secrets.token_hex(32))"` writes them.
@@ -368,10 +364,12 @@ def test_read_secret_rejects_short_missing_and_inside_output(tmp_path):
         SurrogateFiller(b"short")
 
 
-def test_the_secret_is_never_written_with_the_output(tmp_path):
+def test_the_secret_is_never_written_with_the_output(tmp_path, key_file):
     secret = bytes.fromhex("de7ad65732c3c5106c7b192a8abe2066a36dc3ca0316f198d8a2a25b8dba4751")
     out = tmp_path / "out"
-    m = surrogate(docs(["Pt [**Known lastname 1**] on [**2149-3-4**]."]), out, secret)
+    m = surrogate(
+        docs(["Pt [**Known lastname 1**] on [**2149-3-4**]."]), out, secret_file=key_file(secret)
+    )
     assert m["filled"] == 2 and m["faker_version"] and m["locale"] == "en_US"
     data = _written(tmp_path)  # the output and whatever the stage wrote beside it
     assert data and secret not in data and secret.hex().encode() not in data
@@ -401,7 +399,7 @@ def test_weak_secrets_are_refused_with_the_command_that_makes_one(weak, tmp_path
     calls = (
         lambda: read_secret(key),
         lambda: SurrogateFiller(weak),
-        lambda: surrogate(docs(["[**Known lastname 1**]"]), tmp_path / "out", weak),
+        lambda: surrogate(docs(["[**Known lastname 1**]"]), tmp_path / "out", secret_file=key),
     )
     for call in calls:
         with pytest.raises(ConfigError, match=r"secrets\.token_hex\(32\)") as e:
@@ -479,8 +477,9 @@ def test_dates_written_in_other_shapes_are_dates_not_names():
     assert month_year == year_month and re.fullmatch(r"\d{1,2}/\d{4}", month_year)
 
 
-def test_the_manifest_counts_clamped_dates(tmp_path):
-    m = surrogate(docs(["[**2150-13-45**] [**2150-3-4**] [**2-30**]"]), tmp_path / "o", SECRET)
+def test_the_manifest_counts_clamped_dates(tmp_path, key_file):
+    texts = ["[**2150-13-45**] [**2150-3-4**] [**2-30**]"]
+    m = surrogate(docs(texts), tmp_path / "o", secret_file=key_file(SECRET))
     assert m["dates_clamped"] == 2 and m["by_kind"] == {"date": 3}
     assert read_manifest(tmp_path / "o")["dates_clamped"] == 2
 
@@ -498,9 +497,9 @@ def _written(root):
     return b"".join(f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file())
 
 
-def test_the_report_counts_unknown_categories_without_their_text(tmp_path):
+def test_the_report_counts_unknown_categories_without_their_text(tmp_path, key_file):
     patients, texts = zip(*UNKNOWN_NOTES, strict=True)
-    m = surrogate(docs(list(texts), list(patients)), tmp_path / "o", SECRET)
+    m = surrogate(docs(list(texts), list(patients)), tmp_path / "o", secret_file=key_file(SECRET))
     assert m["unknown"] == {
         "categories": 2,
         "placeholders": 4,
@@ -517,9 +516,14 @@ def test_the_report_counts_unknown_categories_without_their_text(tmp_path):
     assert "Strange" not in repr(filler) and "Strange" not in str(filler.summary())
 
 
-def test_report_unknown_names_only_categories_two_patients_use(tmp_path):
+def test_report_unknown_names_only_categories_two_patients_use(tmp_path, key_file):
     patients, texts = zip(*UNKNOWN_NOTES, strict=True)
-    m = surrogate(docs(list(texts), list(patients)), tmp_path / "o", SECRET, report_unknown=True)
+    m = surrogate(
+        docs(list(texts), list(patients)),
+        tmp_path / "o",
+        secret_file=key_file(SECRET),
+        report_unknown_categories=True,
+    )
     assert m["unknown_categories"] == {"Strange Thing": 3}
     assert m["report_unknown"] is True and m["unknown"]["single_patient_categories"] == 1
     assert read_manifest(tmp_path / "o")["unknown_categories"] == {"Strange Thing": 3}
@@ -744,14 +748,14 @@ def test_read_physionet_gold_names_the_bad_line(tmp_path):
     assert "Secret" not in str(e.value)
 
 
-def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path):
+def test_round_trip_covers_every_gold_span(physionet_dir, tmp_path, key_file):
     ph = tmp_path / "ph"
     m = placeholders(ph, corpus=physionet_dir)
     gold = read_physionet_gold(physionet_dir)
     assert m["spans"] == sum(len(s) for s in gold.column("spans").to_pylist()) == 999
     assert m["spans_without_document"] == 0
     out = tmp_path / "phi"
-    s = surrogate(ph, out, SECRET)
+    s = surrogate(ph, out, secret_file=key_file(SECRET))
     assert s["placeholders"] == m["placeholders"] == s["filled"] and s["unknown"]["categories"] == 0
 
     original = {r["doc_id"]: r["text"] for r in phisieve_docs(physionet_dir)}
@@ -831,13 +835,13 @@ def test_demo_fills_the_synthetic_corpus_and_knows_its_phi(tmp_path, capsys):
     assert not (tmp_path / "splits").exists()
 
 
-def test_surrogate_spans_go_back_to_placeholders_of_the_same_kinds(tmp_path):
+def test_surrogate_spans_go_back_to_placeholders_of_the_same_kinds(tmp_path, key_file):
     text = (
         "[**Known lastname 1**] [**Female First Name (un) 2**] [**Name (NI) 3**] at "
         "[**Hospital1 4**], [**2149-3-4**]-[**2149-3-8**] [**3/4**] [**9/2150**] [**2150**] "
         "[**Age over 90 **] [** **] [**Telephone/Fax (1) 5**] [**Weird 6**] [**Date range (1) 7**]"
     )
-    surrogate(docs([text]), tmp_path / "phi", SECRET)
+    surrogate(docs([text]), tmp_path / "phi", secret_file=key_file(SECRET))
     phi = pq.read_table(tmp_path / "phi")
     labels = [s["label"] for s in phi.column("spans").to_pylist()[0]]
     m = placeholders(tmp_path / "ph", docs=tmp_path / "phi", spans=tmp_path / "phi")

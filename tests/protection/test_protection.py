@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 
 import phisieve
 from phisieve import ConfigError, PhisieveError
+from phisieve.api import encode
 from phisieve.cli import app
-from phisieve.encode import encode, load_tokenizer
+from phisieve.encode import load_tokenizer
 from phisieve.io.schema import SPANS
 from phisieve.pipeline.runner import write_dataset
 from phisieve.protection.policy import SCOPES
 from phisieve.protection.scope import DocSpans
-from phisieve.term_index.build import terms_options, write_index
+from phisieve.term_index.build import index, terms_options
 from phisieve.text.words import tokenize
 from phisieve.training.masking import make_batch, objective
 
@@ -99,10 +100,10 @@ CASE_DOCS = docs_table(
 
 def test_encode_uses_the_normalisation_of_the_terms(tmp_path, minilm):
     docs = write_docs(CASE_DOCS, tmp_path / "docs")
-    write_index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
+    phisieve.api.index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
     assert terms_options(phisieve.read_terms(tmp_path / "terms"))["normalize"] == "nfc"
     # "Dupont" (case kept) is patient A's alone; "dupont" is used by B and C.
-    m = encode(docs, tmp_path / "enc", minilm, terms=tmp_path / "terms", max_len=64)
+    m = encode(docs, tmp_path / "enc", tokenizer=minilm, terms=tmp_path / "terms", max_len=64)
     assert m["encoding"]["normalize"] == "nfc"
     tok = load_tokenizer(minilm)
     assert "dupont" in flagged_words(tmp_path / "enc", tok, "indirect")  # A's, lower-cased by BERT
@@ -127,9 +128,15 @@ def test_encode_uses_the_normalisation_of_the_terms(tmp_path, minilm):
 
 def test_encode_refuses_a_normalisation_the_terms_were_not_made_with(tmp_path, minilm):
     docs = write_docs(CASE_DOCS, tmp_path / "docs")
-    write_index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
+    phisieve.api.index(docs, tmp_path / "terms", k=2, normalize="nfc", policy_stats=False)
     with pytest.raises(ConfigError, match="--normalize nfc"):
-        encode(docs, tmp_path / "enc", minilm, terms=tmp_path / "terms", normalize="nfkc_lower")
+        encode(
+            docs,
+            tmp_path / "enc",
+            tokenizer=minilm,
+            terms=tmp_path / "terms",
+            normalize="nfkc_lower",
+        )
     r = CliRunner().invoke(
         app,
         [
@@ -173,7 +180,7 @@ def test_ignorable_code_points_never_split_a_word():
 
 
 def test_the_index_marker_and_encode_see_one_surname(tmp_path, minilm):
-    terms = phisieve.index(IGNORABLE_DOCS, k=2)
+    terms = index(IGNORABLE_DOCS, k=2)
     table = {r["term"]: r for r in terms.to_pylist()}
     assert table["robinson"]["indirect"] and table["robinson"]["patients"] == 1
     assert not table["robin"]["indirect"]  # B and C only: A's surname is not two words
@@ -183,7 +190,7 @@ def test_the_index_marker_and_encode_see_one_surname(tmp_path, minilm):
     words = tokenize(IGNORABLE_DOCS["text"])["words"][0].as_py()
     assert flags[words.index("robinson")]
     docs = write_docs(IGNORABLE_DOCS, tmp_path / "docs")
-    encode(docs, tmp_path / "enc", minilm, terms=terms, max_len=64)
+    encode(docs, tmp_path / "enc", tokenizer=minilm, terms=terms, max_len=64)
     tok = load_tokenizer(minilm)
     protected = flagged_words(tmp_path / "enc", tok)
     assert {"robinson", "zorblat"} <= protected
@@ -228,7 +235,7 @@ def test_every_input_kind_gives_the_same_direct_terms(tmp_path):
     spans = spans_table(STREAM_SPANS)
     pq.write_table(spans, tmp_path / "spans.parquet")
     docs = write_docs(STREAM_DOCS, tmp_path / "docs")
-    want = phisieve.index(STREAM_DOCS, k=2, spans=spans)
+    want = index(STREAM_DOCS, k=2, spans=spans)
     direct = set(want.filter(pc.field("direct"))["term"].to_pylist())
     # Inside a span in at least 0.2 of their uses: "zorblat" 1 of 3, "vantiller" 1 of 1,
     # "care" 1 of 3.
@@ -239,23 +246,23 @@ def test_every_input_kind_gives_the_same_direct_terms(tmp_path):
         docs,
         STREAM_DOCS,
     ):
-        got = phisieve.index(source, k=2, spans=tmp_path / "spans.parquet")
+        got = index(source, k=2, spans=tmp_path / "spans.parquet")
         assert got.equals(want), type(source)
         assert got.to_pylist() == want.to_pylist()
 
 
 def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
-    from phisieve.detect.run import detect
+    from phisieve.detect.run import find_spans
     from phisieve.term_index.build import IndexReport
 
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=40, seed=5)
-    spans = detect(docs, ["rules"])
+    spans = find_spans(docs, ["rules"])
     whole = IndexReport()
-    base = phisieve.index(docs, ngram=2, spans=spans, report=whole)
+    base = index(docs, ngram=2, spans=spans, report=whole)
     assert pc.sum(base["direct"]).as_py() > 0
     report = IndexReport()
-    small = phisieve.index(
+    small = index(
         docs,
         ngram=2,
         spans=spans,
@@ -273,7 +280,7 @@ def test_direct_terms_do_not_depend_on_the_memory_budget(tmp_path):
 @pytest.fixture(scope="module")
 def unprotected(physionet_docs, minilm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("unprotected") / "enc"
-    encode(physionet_docs, out, minilm, max_len=64)
+    encode(physionet_docs, out, tokenizer=minilm, max_len=64)
     return out
 
 
@@ -304,13 +311,13 @@ def test_ipp_needs_terms_and_dpp_needs_spans(tmp_path, minilm):
 
     docs = write_docs(STREAM_DOCS, tmp_path / "docs")
     spans = spans_table(STREAM_SPANS)
-    encode(docs, tmp_path / "spans_only", minilm, spans=spans, max_len=64)
+    encode(docs, tmp_path / "spans_only", tokenizer=minilm, spans=spans, max_len=64)
     MaskedBatches(tmp_path / "spans_only", "dpp")
     MaskedBatches(tmp_path / "spans_only", "ppmlm")
     with pytest.raises(ConfigError, match="--terms"):
         MaskedBatches(tmp_path / "spans_only", "ipp")
-    terms = phisieve.index(STREAM_DOCS, k=2)  # no spans: no direct terms
-    encode(docs, tmp_path / "terms_only", minilm, terms=terms, max_len=64)
+    terms = index(STREAM_DOCS, k=2)  # no spans: no direct terms
+    encode(docs, tmp_path / "terms_only", tokenizer=minilm, terms=terms, max_len=64)
     MaskedBatches(tmp_path / "terms_only", "ipp")
     with pytest.raises(ConfigError, match="--spans"):
         MaskedBatches(tmp_path / "terms_only", "dpp")
@@ -390,11 +397,11 @@ SCOPE_SPANS = {
 )
 def test_scopes(tmp_path, minilm, scope, corpus_direct, a_words, b_words):
     spans = spans_table(SCOPE_SPANS)
-    terms = phisieve.index(SCOPE_DOCS, k=1, spans=spans, direct_scope=scope)
+    terms = index(SCOPE_DOCS, k=1, spans=spans, direct_scope=scope)
     assert set(terms.filter(pc.field("direct"))["term"].to_pylist()) == corpus_direct
     assert terms_options(terms)["direct_scope"] == scope
     docs = write_docs(SCOPE_DOCS, tmp_path / "docs")
-    m = encode(docs, tmp_path / "enc", minilm, terms=terms, spans=spans, max_len=64)
+    m = encode(docs, tmp_path / "enc", tokenizer=minilm, terms=terms, spans=spans, max_len=64)
     tok = load_tokenizer(minilm)
     enc = pq.read_table(tmp_path / "enc")
     for patient, want in (("A", a_words), ("B", b_words)):
@@ -414,11 +421,18 @@ def test_scopes(tmp_path, minilm, scope, corpus_direct, a_words, b_words):
 
 def test_encode_refuses_a_scope_the_terms_were_not_made_with(tmp_path, minilm):
     spans = spans_table(SCOPE_SPANS)
-    terms = phisieve.index(SCOPE_DOCS, k=1, spans=spans, direct_scope="corpus")
+    terms = index(SCOPE_DOCS, k=1, spans=spans, direct_scope="corpus")
     with pytest.raises(ConfigError, match="--direct-scope corpus"):
-        encode(SCOPE_DOCS, tmp_path / "e", minilm, terms=terms, spans=spans, direct_scope="span")
+        encode(
+            SCOPE_DOCS,
+            tmp_path / "e",
+            tokenizer=minilm,
+            terms=terms,
+            spans=spans,
+            direct_scope="span",
+        )
     with pytest.raises(ConfigError, match="direct scope"):
-        phisieve.index(SCOPE_DOCS, spans=spans, direct_scope="everything")
+        index(SCOPE_DOCS, spans=spans, direct_scope="everything")
     assert SCOPES == ("span", "patient", "identifying", "corpus")
 
 

@@ -13,10 +13,11 @@ import pyarrow.csv as pacsv
 import pyarrow.dataset as pads
 import pytest
 
+from phisieve.api import synth
 from phisieve.errors import InputError
 from phisieve.io.dataset import read_manifest
 from phisieve.io.schema import DOCUMENTS
-from phisieve.synthetic.generate import MIMIC_COLUMNS, SYNTH, _unique_word, synth, synth_batches
+from phisieve.synthetic.generate import MIMIC_COLUMNS, SYNTH, _unique_word, synth_batches
 
 PLACEHOLDER = re.compile(r"\[\*\*[^\[\]]*?\*\*\]")
 WORD = re.compile(r"[^\W_]+")

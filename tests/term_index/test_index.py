@@ -21,6 +21,7 @@ from phisieve.io.dataset import side_file
 from phisieve.io.schema import SPANS, TERMS
 from phisieve.io.sources import parquet_files
 from phisieve.term_index import build as term_index
+from phisieve.term_index.build import index
 from tests import reference
 
 # Assigned, non-surrogate characters (Python's Unicode tables may be older than Rust's).
@@ -114,7 +115,7 @@ def test_code_point_offsets_on_non_ascii() -> None:
     threads=st.sampled_from([1, 2]),
 )
 def test_index_matches_reference(docs, ngram, k, batch_size, threads) -> None:
-    got = phisieve.index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size, threads=threads)
+    got = index(docs_table(docs), ngram=ngram, k=k, batch_size=batch_size, threads=threads)
     assert as_dict(got) == reference.index(docs, ngram=ngram, k=k)
     # patient_ids: the k patients using the term that are smallest by (id hash, id).
     assert patient_ids(got) == reference.patient_ids(docs, ngram=ngram, k=k)
@@ -163,16 +164,16 @@ def test_patient_ids_do_not_depend_on_document_order(docs, ngram, k, seed) -> No
     rng.shuffle(patients)
     grouped = [d for p in patients for d in docs if d[0] == p]
     shuffled = rng.sample(docs, len(docs))
-    base = phisieve.index(docs_table(docs), ngram=ngram, k=k)
+    base = index(docs_table(docs), ngram=ngram, k=k)
     assert patient_ids(base) == want
     for order in (grouped, shuffled):
-        got = phisieve.index(docs_table(order), ngram=ngram, k=k, batch_size=3)
+        got = index(docs_table(order), ngram=ngram, k=k, batch_size=3)
         assert patient_ids(got) == want
         assert got.equals(base)
     # The same when the shards are merged, in either order.
     half = set(patients[: len(patients) // 2])
     parts = [[d for d in grouped if d[0] in half], [d for d in grouped if d[0] not in half]]
-    indexes = [phisieve.index(docs_table(p), ngram=ngram, k=k) for p in parts]
+    indexes = [index(docs_table(p), ngram=ngram, k=k) for p in parts]
     for tables in (indexes, indexes[::-1]):
         assert phisieve.merge_terms(tables, k=k).equals(base)
 
@@ -184,7 +185,7 @@ def test_patient_ids_do_not_depend_on_document_order(docs, ngram, k, seed) -> No
     ngram=st.integers(1, 3),
 )
 def test_marker_matches_reference(docs, policy, ngram) -> None:
-    terms = phisieve.index(docs_table(docs), ngram=ngram)
+    terms = index(docs_table(docs), ngram=ngram)
     blacklist = {(r["n"], r["term"]) for r in terms.to_pylist() if r["indirect"]}
     marks = term_index.marker(terms).mark(pa.array([t for _, t in docs]), policy=policy)
     for i, (_, text) in enumerate(docs):
@@ -199,7 +200,7 @@ def physionet_rows(docs_dir: Path) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("ngram", [1, 2])
 def test_physionet_index_is_exact(physionet_docs: Path, ngram: int) -> None:
-    got = phisieve.index(physionet_docs, k=2, ngram=ngram)
+    got = index(physionet_docs, k=2, ngram=ngram)
     want = reference.index(physionet_rows(physionet_docs), ngram=ngram, k=2)
     assert as_dict(got) == want
     unigrams = got.filter(pc.equal(got.column("n"), 1))
@@ -212,15 +213,15 @@ def test_results_do_not_depend_on_threads_batches_or_budget(tmp_path: Path) -> N
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=60, seed=3)
     whole = term_index.IndexReport()
-    base = phisieve.index(docs, ngram=3, report=whole)
+    base = index(docs, ngram=3, report=whole)
     for kwargs in (
         {"threads": 1, "batch_size": 7},
         {"threads": 2, "batch_size": 1000},
         {"threads": 3, "batch_size": 64},
     ):
-        assert phisieve.index(docs, ngram=3, **kwargs).equals(base)
+        assert index(docs, ngram=3, **kwargs).equals(base)
     report = term_index.IndexReport()
-    small = phisieve.index(docs, ngram=3, memory_budget=whole.peak_index_bytes // 4, report=report)
+    small = index(docs, ngram=3, memory_budget=whole.peak_index_bytes // 4, report=report)
     assert report.partitions > 1 and report.passes >= report.partitions
     assert small.equals(base)
 
@@ -229,9 +230,9 @@ def test_budget_too_small_for_the_vocabulary(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=5, seed=1)
     with pytest.raises(phisieve.MemoryBudgetExceeded):
-        phisieve.index(docs, memory_budget=1000)
+        index(docs, memory_budget=1000)
     with pytest.raises(phisieve.MemoryBudgetExceeded, match="one-shot stream"):
-        phisieve.index(
+        index(
             pa.RecordBatchReader.from_batches(*_reader_parts(phisieve.synth_batches(5, seed=1))),
             memory_budget=1000,
         )
@@ -245,17 +246,17 @@ def _reader_parts(batches):
 def test_ungrouped_input_is_sorted_or_refused(tmp_path: Path) -> None:
     docs = [("a", "Dupont visit"), ("b", "chest pain"), ("a", "chest Dupont"), ("c", "pain")]
     report = term_index.IndexReport()
-    got = phisieve.index(docs_table(docs), report=report)
+    got = index(docs_table(docs), report=report)
     assert report.sorted_input
     assert as_dict(got) == reference.index(docs)
     path = tmp_path / "ungrouped.parquet"
     pq.write_table(docs_table(docs), path)
-    assert as_dict(phisieve.index(path, ngram=2)) == reference.index(docs, ngram=2)
+    assert as_dict(index(path, ngram=2)) == reference.index(docs, ngram=2)
     stream = pa.RecordBatchReader.from_batches(
         docs_table(docs).schema, docs_table(docs).to_batches(max_chunksize=1)
     )
     with pytest.raises(phisieve.NotGroupedError, match="not grouped"):
-        phisieve.index(stream)
+        index(stream)
 
 
 def test_polars_and_stream_inputs() -> None:
@@ -264,9 +265,9 @@ def test_polars_and_stream_inputs() -> None:
     docs = [("p1", "alpha beta"), ("p1", "beta"), ("p2", "beta gamma")]
     want = reference.index(docs, ngram=2)
     table = docs_table(docs)
-    assert as_dict(phisieve.index(pl.from_arrow(table), ngram=2)) == want
+    assert as_dict(index(pl.from_arrow(table), ngram=2)) == want
     reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))
-    assert as_dict(phisieve.index(reader, ngram=2)) == want
+    assert as_dict(index(reader, ngram=2)) == want
 
 
 def test_shards_merge_exactly(tmp_path: Path) -> None:
@@ -281,15 +282,13 @@ def test_shards_merge_exactly(tmp_path: Path) -> None:
             ("d", "common shared3"),
         ]
     ]
-    whole = phisieve.index(docs_table(docs), ngram=2)
+    whole = index(docs_table(docs), ngram=2)
     by_patient = [docs_table(docs[:2]), docs_table(docs[2:3]), docs_table(docs[3:])]
-    merged = phisieve.merge_terms([phisieve.index(t, ngram=2) for t in by_patient])
+    merged = phisieve.merge_terms([index(t, ngram=2) for t in by_patient])
     assert as_dict(merged) == as_dict(whole)
     # Shards that split patient c: indirect flags stay exact, counts below k exact.
     split = [docs_table(docs[:4]), docs_table(docs[4:])]
-    merged = phisieve.merge_terms(
-        [phisieve.index(t, ngram=2) for t in split], patients_disjoint=False
-    )
+    merged = phisieve.merge_terms([index(t, ngram=2) for t in split], patients_disjoint=False)
     want = reference.index(docs, ngram=2)
     got = as_dict(merged)
     assert got.keys() == want.keys()
@@ -302,7 +301,7 @@ def test_shards_merge_exactly(tmp_path: Path) -> None:
 def synth_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], pa.Table]:
     """A synthetic corpus (documents dataset), its two patient-disjoint halves (every other
     patient) and rule spans of its direct identifiers."""
-    from phisieve.detect.run import detect
+    from phisieve.detect.run import find_spans
 
     root = tmp_path_factory.mktemp("halves")
     docs = root / "docs"
@@ -314,7 +313,7 @@ def synth_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[P
     for i, mask in enumerate([first, pc.invert(first)]):
         halves.append(root / f"half{i}.parquet")
         pq.write_table(table.filter(mask), halves[-1])
-    return docs, halves, detect(docs, ["rules"])
+    return docs, halves, find_spans(docs, ["rules"])
 
 
 @pytest.mark.parametrize("scope", ["span", "patient", "identifying", "corpus"])
@@ -326,8 +325,8 @@ def test_merged_halves_equal_the_whole_index_with_spans(synth_halves, scope, k) 
     in enough of one half's uses, but not of the whole corpus's.)"""
     docs, halves, spans = synth_halves
     kw = {"ngram": 2, "k": k, "spans": spans, "direct_scope": scope}
-    whole = phisieve.index(docs, **kw)
-    parts = [phisieve.index(h, **kw) for h in halves]
+    whole = index(docs, **kw)
+    parts = [index(h, **kw) for h in halves]
     for tables in (parts, parts[::-1]):
         merged = phisieve.merge_terms(tables, k=k)
         assert merged.equals(whole)
@@ -390,18 +389,18 @@ def test_cli_merge_of_halves_with_spans_equals_cli_index(
 def test_merge_refuses_parts_made_differently() -> None:
     docs = docs_table([("a", "Zorblat x"), ("b", "y")])
     spans = pa.table({"doc_id": ["0"], "spans": pa.array([[{"start": 0, "end": 7}]], SPANS)})
-    with_spans = phisieve.index(docs, spans=spans)
+    with_spans = index(docs, spans=spans)
     assert with_spans.column("in_span").to_pylist() == [0, 0, 1] and with_spans["direct"][2]
     for other in (
-        phisieve.index(docs),
-        phisieve.index(docs, spans=spans, min_share=0.5),
-        phisieve.index(docs, spans=spans, direct_scope="corpus"),
+        index(docs),
+        index(docs, spans=spans, min_share=0.5),
+        index(docs, spans=spans, direct_scope="corpus"),
     ):
         with pytest.raises(phisieve.ConfigError, match="different"):
             phisieve.merge_terms([with_spans, other])
     # An index written before in_span existed merges when made without spans only.
-    old = phisieve.index(docs).drop_columns(["in_span"])
-    assert phisieve.merge_terms([old, old.slice(0, 0)]).equals(phisieve.index(docs))
+    old = index(docs).drop_columns(["in_span"])
+    assert phisieve.merge_terms([old, old.slice(0, 0)]).equals(index(docs))
     old = with_spans.drop_columns(["in_span"])
     with pytest.raises(phisieve.ConfigError, match="in_span"):
         phisieve.merge_terms([old])
@@ -409,7 +408,7 @@ def test_merge_refuses_parts_made_differently() -> None:
 
 def test_stats_and_protected_share() -> None:
     docs = [("a", "rare1 common"), ("a", "rare1 x"), ("b", "common y"), ("c", "common")]
-    terms = phisieve.index(docs_table(docs))
+    terms = index(docs_table(docs))
     stats = phisieve.term_stats(terms, k=2, patient_ids=["a", "b", "c"])
     s = stats["per_n"]["1"]
     # Terms: rare1 (a), common (a,b,c), x (a), y (b): 3 of 4 indirect, 4 of 7 occurrences.
@@ -426,39 +425,39 @@ def test_stats_and_protected_share() -> None:
 def test_empty_and_enormous_notes() -> None:
     big = "pain " * 600_000 + "Zoë"  # 3M characters
     docs = [("a", ""), ("a", big), ("b", "pain"), ("c", "")]
-    got = as_dict(phisieve.index(docs_table(docs), ngram=2))
+    got = as_dict(index(docs_table(docs), ngram=2))
     assert got[(1, "pain")] == (2, 2, 600_001, False)
     assert got[(2, "pain zoë")] == (1, 1, 1, True)
-    assert as_dict(phisieve.index(docs_table([]))) == {}
+    assert as_dict(index(docs_table([]))) == {}
 
 
 def test_bad_input_errors_say_where_without_text() -> None:
     secret = "Zebediah Quux"
     with pytest.raises(phisieve.InputError, match="'patient_id'") as e:
-        phisieve.index(pa.table({"text": [secret]}))
+        index(pa.table({"text": [secret]}))
     assert secret not in str(e.value)
     table = pa.table({"patient_id": ["a", None], "text": [secret, secret]})
     with pytest.raises(phisieve.InputError, match="row 1") as e:
-        phisieve.index(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()))
+        index(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()))
     assert secret not in str(e.value)
     with pytest.raises(phisieve.ConfigError, match="ngram"):
-        phisieve.index(docs_table([("a", secret)]), ngram=5)
+        index(docs_table([("a", secret)]), ngram=5)
     with pytest.raises(phisieve.ConfigError, match="k must"):
-        phisieve.index(docs_table([("a", secret)]), k=0)
+        index(docs_table([("a", secret)]), k=0)
     with pytest.raises(phisieve.ConfigError, match="normalisation"):
-        phisieve.index(docs_table([("a", secret)]), normalize="upper")
+        index(docs_table([("a", secret)]), normalize="upper")
     with pytest.raises(phisieve.ConfigError, match="memory size"):
-        phisieve.index(docs_table([("a", secret)]), memory_budget="lots")
+        index(docs_table([("a", secret)]), memory_budget="lots")
     with pytest.raises(phisieve.InputError, match="no such file"):
-        phisieve.index("/nonexistent/docs")
+        index("/nonexistent/docs")
 
 
 def test_numeric_and_dictionary_patient_ids() -> None:
     table = pa.table({"patient_id": pa.array([7, 7, 9]), "text": ["x y", "y", "y z"]})
-    got = as_dict(phisieve.index(table))
+    got = as_dict(index(table))
     assert got[(1, "y")] == (2, 3, 3, False)
     table = table.set_column(0, "patient_id", pa.array(["7", "7", "9"]).dictionary_encode())
-    assert as_dict(phisieve.index(table)) == got
+    assert as_dict(index(table)) == got
 
 
 def test_parse_size() -> None:
@@ -477,7 +476,7 @@ def test_cli_index_writes_terms_blacklist_and_stats(
     printed = capsys.readouterr().out
     assert "1,450 documents" in printed and "82 patients" in printed
     terms = phisieve.read_terms(out)
-    assert terms.equals(phisieve.index(physionet_docs, ngram=2))
+    assert terms.equals(index(physionet_docs, ngram=2))
     assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet"]
     blacklist = side_file(out, "blacklist.txt").read_text(encoding="utf-8").splitlines()
     assert blacklist == terms.filter(pc.field("indirect")).column("term").to_pylist()
@@ -518,7 +517,7 @@ def test_ungrouped_pyarrow_dataset_object(tmp_path: Path) -> None:
     path = tmp_path / "d.parquet"
     pq.write_table(docs_table(docs), path)
     report = term_index.IndexReport()
-    got = phisieve.index(pads.dataset(path), report=report)
+    got = index(pads.dataset(path), report=report)
     assert report.sorted_input
     assert as_dict(got) == reference.index(docs)
 
@@ -531,7 +530,7 @@ def test_budget_is_checked_piece_by_piece(tmp_path: Path, monkeypatch) -> None:
     docs = tmp_path / "docs"
     phisieve.synth(docs, patients=200, seed=4)
     whole = term_index.IndexReport()
-    base = phisieve.index(docs, ngram=2, report=whole)
+    base = index(docs, ngram=2, report=whole)
     budget = whole.peak_index_bytes // 4
     fed: list[int] = []
     real = term_index._core.IndexBuilder
@@ -549,7 +548,7 @@ def test_budget_is_checked_piece_by_piece(tmp_path: Path, monkeypatch) -> None:
 
     monkeypatch.setattr(term_index._core, "IndexBuilder", Spy)
     report = term_index.IndexReport()
-    got = phisieve.index(docs, ngram=2, memory_budget=budget, report=report)
+    got = index(docs, ngram=2, memory_budget=budget, report=report)
     assert got.equals(base)
     assert report.partitions > 1
     assert len(fed) > 4 * report.passes  # pieces, not one batch per pass

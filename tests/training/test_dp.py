@@ -18,7 +18,7 @@ from phisieve.cli import main
 from phisieve.encode import ENCODED
 from phisieve.errors import ConfigError
 from phisieve.io.dataset import side_file
-from phisieve.pipeline.runner import write_dataset
+from phisieve.pipeline.runner import run_stage, write_dataset
 from phisieve.training.dp import (
     DPConfig,
     PrivateGradient,
@@ -31,8 +31,9 @@ from phisieve.training.dp import (
     sequence_losses,
 )
 from phisieve.training.loaders import PoissonSteps, PrivacyMaskingCollator
-from phisieve.training.loop import TrainConfig, train
+from phisieve.training.loop import TrainConfig
 from phisieve.training.masking import MaskingConfig
+from phisieve.training.stage import TrainStage
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 VOCAB = 40
@@ -235,7 +236,7 @@ def dp_config(**kw) -> TrainConfig:
 def test_accountant_gives_opacus_epsilon_for_patients(dp_data, tmp_path):
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    s = train(dp_data, tiny_bert(), tmp_path / "a", dp_config())
+    s = run_stage(TrainStage.of(dp_config(), tiny_bert()), {"encoded": dp_data}, tmp_path / "a")
     dp = s["dp"]
     assert dp["unit"] == "patient" and dp["patients"] == 16 and dp["steps"] == 6
     assert dp["sample_rate"] == pytest.approx(4 / 16)
@@ -247,19 +248,23 @@ def test_accountant_gives_opacus_epsilon_for_patients(dp_data, tmp_path):
     assert json.loads(side_file(tmp_path / "a", "train.json").read_text())["dp"] == dp
     # PRV, and a target ε: the noise is chosen so that the accountant gives at most it.
     cfg = dp_config(dp=DPConfig(max_per_patient=3, secret=KEY, accountant="prv"))
-    prv = train(dp_data, tiny_bert(), tmp_path / "b", cfg)["dp"]
+    prv = run_stage(TrainStage.of(cfg, tiny_bert()), {"encoded": dp_data}, tmp_path / "b")["dp"]
     acc = PRVAccountant()
     acc.history = [(1.0, 0.25, 6)]
     assert prv["epsilon"] == pytest.approx(acc.get_epsilon(16**-1.1), rel=1e-9)
     cfg = dp_config(dp=DPConfig(max_per_patient=3, secret=KEY, target_epsilon=2.0))
-    hit = train(dp_data, tiny_bert(), tmp_path / "c", cfg)["dp"]
+    hit = run_stage(TrainStage.of(cfg, tiny_bert()), {"encoded": dp_data}, tmp_path / "c")["dp"]
     assert 1.98 <= hit["epsilon"] <= 2.0 and hit["target_epsilon"] == 2.0
     assert hit["noise_multiplier"] == pytest.approx(noise_for_epsilon(2.0, 0.25, 6, 16**-1.1))
 
 
 def test_the_same_key_and_seed_give_the_same_model_with_0_and_2_workers(dp_data, tmp_path):
-    zero = train(dp_data, tiny_bert(), tmp_path / "w0", dp_config(num_workers=0))
-    two = train(dp_data, tiny_bert(), tmp_path / "w2", dp_config(num_workers=2))
+    zero = run_stage(
+        TrainStage.of(dp_config(num_workers=0), tiny_bert()), {"encoded": dp_data}, tmp_path / "w0"
+    )
+    two = run_stage(
+        TrainStage.of(dp_config(num_workers=2), tiny_bert()), {"encoded": dp_data}, tmp_path / "w2"
+    )
     a = (tmp_path / "w0" / "model.safetensors").read_bytes()
     assert a == (tmp_path / "w2" / "model.safetensors").read_bytes()
     assert zero["final_loss"] == two["final_loss"]
@@ -267,14 +272,18 @@ def test_the_same_key_and_seed_give_the_same_model_with_0_and_2_workers(dp_data,
     init = tmp_path / "init"
     tiny_bert().save_pretrained(init)
     assert a != (init / "model.safetensors").read_bytes()
-    fresh = train(dp_data, tiny_bert(), tmp_path / "f", dp_config(dp=DPConfig(max_per_patient=3)))
+    fresh = run_stage(
+        TrainStage.of(dp_config(dp=DPConfig(max_per_patient=3)), tiny_bert()),
+        {"encoded": dp_data},
+        tmp_path / "f",
+    )
     assert fresh["dp"]["randomness"] == "fresh"
     assert (tmp_path / "f" / "model.safetensors").read_bytes() != a
 
 
 def test_sequence_unit_reports_the_patients_epsilon_by_group_privacy(dp_data, tmp_path):
     cfg = dp_config(dp=DPConfig(unit="sequence", max_per_patient=2, secret=KEY))
-    dp = train(dp_data, tiny_bert(), tmp_path / "s", cfg)["dp"]
+    dp = run_stage(TrainStage.of(cfg, tiny_bert()), {"encoded": dp_data}, tmp_path / "s")["dp"]
     assert dp["unit"] == "sequence" and dp["units"] == sum(min(2, n) for n in PATIENT_SEQUENCES)
     q = 4 / dp["units"]
     assert dp["sample_rate"] == pytest.approx(q)
@@ -315,7 +324,11 @@ def test_dp_options_are_checked(dp_data, tmp_path):
     ]
     for options, message in bad:
         with pytest.raises(ConfigError, match=message):
-            train(dp_data, tiny_bert(), tmp_path / "x", dp_config(dp=DPConfig(**options)))
+            run_stage(
+                TrainStage.of(dp_config(dp=DPConfig(**options)), tiny_bert()),
+                {"encoded": dp_data},
+                tmp_path / "x",
+            )
         assert not (tmp_path / "x").exists()
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 import phisieve.encode.batches as batches
-from phisieve.encode import encode
+from phisieve.api import encode
 from phisieve.encode.tokenizer import _encode_texts, _splittable, rust_tokenizer
 from phisieve.errors import ConfigError
 
@@ -57,9 +57,11 @@ def test_same_tokens_on_any_text(tokenizers, texts):
 
 def test_encode_writes_the_same_dataset_either_way(physionet_docs, physionet_terms, minilm,
                                                    tmp_path, monkeypatch):  # fmt: skip
-    encode(physionet_docs, tmp_path / "rust", minilm, terms=physionet_terms, max_len=128)
+    encode(physionet_docs, tmp_path / "rust", tokenizer=minilm, terms=physionet_terms, max_len=128)
     monkeypatch.setattr(batches, "rust_tokenizer", lambda backend: None)
-    encode(physionet_docs, tmp_path / "python", minilm, terms=physionet_terms, max_len=128)
+    encode(
+        physionet_docs, tmp_path / "python", tokenizer=minilm, terms=physionet_terms, max_len=128
+    )
     assert pq.read_table(tmp_path / "rust").equals(pq.read_table(tmp_path / "python"))
 
 

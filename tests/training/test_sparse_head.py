@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from phisieve.io.dataset import side_file
+from phisieve.pipeline.runner import run_stage
 from phisieve.training.loaders import MaskedBatches
-from phisieve.training.loop import TrainConfig, load_model, train
+from phisieve.training.loop import TrainConfig, load_model
 from phisieve.training.sparse_head import SparseHead
+from phisieve.training.stage import TrainStage
 
 
 def first_batch(encoded: Path, objective: str, size: int = 8) -> dict:
@@ -117,7 +119,7 @@ def test_train_with_and_without_the_sparse_head(minilm, encoded_bert, tmp_path):
             seed=1, sparse_output=sparse,
         )  # fmt: skip
         out = tmp_path / f"sparse-{sparse}"
-        summary = train(encoded_bert, model, out, cfg)
+        summary = run_stage(TrainStage.of(cfg, model), {"encoded": encoded_bert}, out)
         assert summary["sparse_output"] is sparse
         lines = side_file(out, "metrics.jsonl").read_text().splitlines()
         params = {n: p.detach() for n, p in model.named_parameters()}

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import phisieve
 from phisieve import ConfigError
+from phisieve.term_index import index
 from phisieve.training.loaders import MaskedBatches, PoissonSteps, PrivacyMaskingCollator
 
 
@@ -17,7 +17,7 @@ def collect(loader) -> list[dict]:
 
 def test_same_batches_with_0_1_2_workers(encoded_bert, physionet_docs):
     # The Rust thread pool is started in this process before the workers fork.
-    phisieve.index(physionet_docs, k=2)
+    index(physionet_docs, k=2)
     runs = []
     for workers in (0, 1, 2):
         loader = MaskedBatches(

@@ -8,24 +8,26 @@ from pathlib import Path
 import pytest
 import torch
 
+from phisieve.api import encode
 from phisieve.cli import main
-from phisieve.encode import encode
 from phisieve.io.dataset import read_manifest, side_file
+from phisieve.pipeline.runner import run_stage
 from phisieve.training.loaders import MaskedBatches
-from phisieve.training.loop import DPConfig, TrainConfig, load_model, train
+from phisieve.training.loop import DPConfig, TrainConfig, load_model
+from phisieve.training.stage import TrainStage
 
 
 @pytest.fixture(scope="module")
 def pseudo_bert(physionet_docs, minilm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("enc") / "pseudo"
-    encode(physionet_docs, out, minilm, max_len=128, pseudonymize=True)
+    encode(physionet_docs, out, tokenizer=minilm, max_len=128, pseudonymize=True)
     return out
 
 
 @pytest.fixture(scope="module")
 def pseudo_gpt(physionet_docs, bpe_tokenizer, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("enc") / "pseudo_gpt"
-    encode(physionet_docs, out, bpe_tokenizer, max_len=128, pseudonymize=True)
+    encode(physionet_docs, out, tokenizer=bpe_tokenizer, max_len=128, pseudonymize=True)
     return out
 
 
@@ -67,11 +69,15 @@ def test_minilm_loss_decreases(objective, minilm, encoded_bert, pseudo_bert, tmp
     model = load_model(minilm, causal=False)
     before = eval_loss(model, data, objective)
     out = tmp_path / "model"
-    s = train(
-        data,
-        model,
+    s = run_stage(
+        TrainStage.of(
+            TrainConfig(
+                objective=objective, batch_size=8, max_steps=8, learning_rate=2e-4, pad_to=8
+            ),
+            model,
+        ),
+        {"encoded": data},
         out,
-        TrainConfig(objective=objective, batch_size=8, max_steps=8, learning_rate=2e-4, pad_to=8),
     )
     after = eval_loss(model, data, objective)
     assert s["steps"] == 8 and s["objective"] == objective
@@ -89,18 +95,20 @@ def test_tiny_gpt2_loss_decreases(objective, tiny_gpt2, encoded_gpt, pseudo_gpt,
     model = load_model(tiny_gpt2, causal=True)
     name = {"dpp": "dpp-clm", "ipp": "ipp-clm"}.get(objective, objective)
     before = eval_loss(model, data, name)
-    s = train(
-        data,
-        model,
-        tmp_path / "model",
-        TrainConfig(
-            objective=objective,
-            batch_size=8,
-            max_steps=8,
-            learning_rate=1e-2,
-            pad_to=8,
-            grad_accumulation=2,
+    s = run_stage(
+        TrainStage.of(
+            TrainConfig(
+                objective=objective,
+                batch_size=8,
+                max_steps=8,
+                learning_rate=1e-2,
+                pad_to=8,
+                grad_accumulation=2,
+            ),
+            model,
         ),
+        {"encoded": data},
+        tmp_path / "model",
     )
     assert s["objective"] == name
     after = eval_loss(model, data, name)
@@ -117,7 +125,9 @@ def test_dp_sgd_on_minilm_reports_a_patients_epsilon(minilm, encoded_bert, tmp_p
         pad_to=8,
         dp=DPConfig(noise_multiplier=1.0, max_per_patient=3, secret=bytes(range(32))),
     )
-    s = train(encoded_bert, minilm, tmp_path / "model", cfg)
+    s = run_stage(
+        TrainStage.of(cfg), {"encoded": encoded_bert, "model": minilm}, tmp_path / "model"
+    )
     dp = s["dp"]
     assert dp["unit"] == "patient" and dp["patients"] == 82 and dp["units"] == 82
     assert dp["delta"] == pytest.approx(1 / 82**1.1) and dp["delta"] < 1 / 82
@@ -126,7 +136,9 @@ def test_dp_sgd_on_minilm_reports_a_patients_epsilon(minilm, encoded_bert, tmp_p
     assert dp["randomness"] == "key" and dp["accountant"] == "rdp"
     assert "bert.embeddings.word_embeddings.weight" in dp["frozen"]
     cfg.max_steps = 4
-    again = train(encoded_bert, minilm, tmp_path / "more", cfg)
+    again = run_stage(
+        TrainStage.of(cfg), {"encoded": encoded_bert, "model": minilm}, tmp_path / "more"
+    )
     assert again["dp"]["epsilon"] > dp["epsilon"]  # more steps spend more privacy
 
 

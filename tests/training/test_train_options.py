@@ -16,10 +16,11 @@ import torch
 from phisieve.encode import ENCODED, read_encoding
 from phisieve.errors import ConfigError
 from phisieve.io.dataset import dataset_files
-from phisieve.pipeline.runner import write_dataset
+from phisieve.pipeline.runner import run_stage, write_dataset
 from phisieve.training.loaders import MaskedBatches
-from phisieve.training.loop import DPConfig, TrainConfig, load_model, train, untie_output_embeddings
+from phisieve.training.loop import DPConfig, TrainConfig, load_model, untie_output_embeddings
 from phisieve.training.masking import MaskingConfig, make_batch, objective
+from phisieve.training.stage import TrainStage
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 SECRET = 39
@@ -265,13 +266,21 @@ def test_untie_output_stops_the_leak_through_tied_embeddings(tiny_data, tmp_path
     word = 10  # a word that is a target
 
     tied = tiny_bert()
-    s = train(tiny_data, tied, tmp_path / "tied", tiny_config(untie_output=False))
+    s = run_stage(
+        TrainStage.of(tiny_config(untie_output=False), tied),
+        {"encoded": tiny_data},
+        tmp_path / "tied",
+    )
     inp, out = embeddings(tied)
     assert s["output_untied"] is False and torch.equal(inp, out)
     assert not torch.equal(out[SECRET], initial[SECRET])  # the leak: it moved
 
     untied = tiny_bert()
-    s = train(tiny_data, untied, tmp_path / "untied", tiny_config(untie_output=True))
+    s = run_stage(
+        TrainStage.of(tiny_config(untie_output=True), untied),
+        {"encoded": tiny_data},
+        tmp_path / "untied",
+    )
     assert s["output_untied"] is True and s["config"]["untie_output"] is True
     inp, out = embeddings(untied)
     assert not torch.equal(inp, out)
@@ -292,7 +301,7 @@ def test_untie_output_stops_the_leak_through_tied_embeddings(tiny_data, tmp_path
     # Hiding protected words from the input also keeps SECRET's (tied) row unchanged.
     hidden = tiny_bert()
     config = tiny_config(masking={"hide_protected_input": True}, untie_output=False)
-    s = train(tiny_data, hidden, tmp_path / "hidden", config)
+    s = run_stage(TrainStage.of(config, hidden), {"encoded": tiny_data}, tmp_path / "hidden")
     assert s["masking"]["hide_protected_input"] is True
     inp, out = embeddings(hidden)
     assert torch.equal(out[SECRET], initial[SECRET]) and torch.equal(inp, out)
@@ -313,7 +322,7 @@ def test_untie_output_by_default_for_protecting_masked_objectives(
 ):
     model = tiny_bert()
     config = tiny_config(objective=objective, max_steps=1, dp=DPConfig() if dp else None)
-    s = train(tiny_data, model, tmp_path / "m", config)
+    s = run_stage(TrainStage.of(config, model), {"encoded": tiny_data}, tmp_path / "m")
     assert s["config"]["untie_output"] is None
     assert s["untie_output"] is untied and s["output_untied"] is untied
     inp, out = embeddings(model)
@@ -344,7 +353,11 @@ def test_untie_output_gpt2(tiny_data, tmp_path):
     batch = {"input_ids": torch.tensor([[CLS, 5, 6, 7, SEP]])}
     model.eval()
     before = model(**batch).logits
-    s = train(tiny_data, model, tmp_path / "m", tiny_config(objective="ppclm", untie_output=True))
+    s = run_stage(
+        TrainStage.of(tiny_config(objective="ppclm", untie_output=True), model),
+        {"encoded": tiny_data},
+        tmp_path / "m",
+    )
     assert s["objective"] == "ppclm" and s["output_untied"] is True
     inp, out = embeddings(model)
     assert not torch.equal(inp, out)
@@ -357,17 +370,25 @@ def test_untie_output_gpt2(tiny_data, tmp_path):
 
     # Causal objectives keep the tie by default (untying did not help them: RESULTS.md).
     model = tiny_gpt2()
-    s = train(tiny_data, model, tmp_path / "d", tiny_config(objective="ppclm", max_steps=1))
+    s = run_stage(
+        TrainStage.of(tiny_config(objective="ppclm", max_steps=1), model),
+        {"encoded": tiny_data},
+        tmp_path / "d",
+    )
     assert s["untie_output"] is False and s["output_untied"] is False
     assert torch.equal(*embeddings(model))
 
 
 def test_untie_output_is_refused_under_dp(tiny_data, tmp_path):
     with pytest.raises(ConfigError, match="DP-SGD"):
-        train(tiny_data, tiny_bert(), tmp_path / "a", tiny_config(untie_output=True, dp=DPConfig()))
+        run_stage(
+            TrainStage.of(tiny_config(untie_output=True, dp=DPConfig()), tiny_bert()),
+            {"encoded": tiny_data},
+            tmp_path / "a",
+        )
     with pytest.raises(ConfigError, match="protects nothing"):
         config = tiny_config(objective="mlm", masking={"hide_protected_input": True})
-        train(tiny_data, tiny_bert(), tmp_path / "b", config)
+        run_stage(TrainStage.of(config, tiny_bert()), {"encoded": tiny_data}, tmp_path / "b")
 
 
 def test_untying_changes_no_output_and_is_idempotent():

@@ -24,8 +24,6 @@ __getattr__, __dir__ = lazy_exports(
     {
         "AuditStage": ".stage",
         "AuditCompareStage": ".stage",
-        "AuditResult": ".run",
-        "audit": ".run",
         "read_audit": ".run",
         "compare_reports": ".report",
     },

@@ -1,9 +1,10 @@
 """``phisieve audit``: does a trained model leak its patients? (DESIGN.md §9)
 
-:func:`audit` scores a masked or causal LM on the ``encoded`` sequences of its training
-patients (members) and of patients it never saw (non-members, split by patient), and writes
-``audit.json`` (every number, the configuration, fingerprints of the model and the data, the
-package versions) and a self-contained ``index.html`` beside it.
+The ``audit`` stage (:func:`phisieve.api.audit`; :func:`measure` here) scores a masked or
+causal LM on the ``encoded`` sequences of its training patients (members) and of patients it
+never saw (non-members, split by patient), and writes ``audit.json`` (every number, the
+configuration, fingerprints of the model and the data, the package versions) and a
+self-contained ``index.html`` beside it.
 
 Measures (each defined where it is computed, and in the report):
 
@@ -61,34 +62,16 @@ from ..dependencies import require
 from ..encode import read_encoding
 from ..errors import ConfigError, InputError
 from ..io.dataset import check_dataset, dataset_files, dataset_identity, side_file
-from ..pipeline.runner import run_stage
 from ..pipeline.work import Work, work
 from . import metrics
 from .epsilon import dp_check, one_run_audit
 from .scoring import Occurrence, Scorer, Sequences, key, sample, word_occurrences
-from .stage import AuditOptions, AuditStage
+from .stage import AuditOptions
 
 SCHEMA = "phisieve-audit/1"
 SCORES = ("loss", "reference", "zlib", "min_k", "min_k_pp")
 MIN_K = 0.2
 """Share of lowest-scored tokens averaged by Min-K% and Min-K%++ (the papers' 20%)."""
-
-
-@dataclass
-class AuditResult:
-    """What :func:`audit` measured: ``data`` is the content of ``audit.json``; ``path`` the
-    report folder (``None`` when nothing was written)."""
-
-    data: dict[str, Any]
-    path: Path | None = None
-
-    def __getitem__(self, name: str) -> Any:
-        return self.data[name]
-
-    @property
-    def html(self) -> Path | None:
-        """The report page, ``index.html``."""
-        return None if self.path is None else self.path / "index.html"
 
 
 def _versions() -> dict[str, str | None]:
@@ -879,109 +862,6 @@ def _notes(objective: str | None) -> list[str]:
     return notes
 
 
-def audit(
-    model: str | Path,
-    members: str | Path,
-    non_members: str | Path,
-    *,
-    reference_model: str | Path | None = None,
-    canaries: str | Path | None = None,
-    docs: str | Path | None = None,
-    spans: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    out: str | Path | None = None,
-    device: str = "auto",
-    batch_size: int = 32,
-    seed: int = 0,
-    max_identifiers: int | None = 20_000,
-    utility_words: int = 5_000,
-    mlm_rounds: int = 1,
-    n_boot: int = 1_000,
-    generation_prompts: int = 64,
-    name_slots: int = 200,
-    name_candidates: int = 1_000,
-    canary_samples: int = 1_000,
-    show_identifiers: bool = False,
-    label: str | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> AuditResult:
-    """Audit a trained masked or causal LM for leakage of its training patients (the
-    ``audit`` stage, :class:`~phisieve.audit.stage.AuditStage`, when ``out`` is given).
-
-    Parameters
-    ----------
-    model
-        A local Hugging Face model folder (``phisieve train`` output).
-    members, non_members
-        ``encoded`` datasets (``phisieve encode``) of patients the model was trained on, and
-        of patients it never saw (``phisieve split --by patient``); encoded with ``--terms``
-        and/or ``--spans`` so that identifiers are flagged. They must share no patient.
-    reference_model
-        A model of the same architecture trained on other patients (the reference split):
-        calibrates the memorisation gain and the reference membership score.
-    canaries
-        A ``phisieve canaries`` output the model was trained on (after encoding): its
-        canaries' exposure is measured.
-    docs, spans
-        The members' documents and name spans (gold or surrogate; ``spans`` may be left out
-        when ``docs`` has a ``spans`` column) for model inversion of name slots.
-    tokenizer
-        The tokenizer the data was encoded with (default: the model folder's, else the one
-        recorded in the encoding).
-    out
-        Report folder: ``audit.json`` and ``index.html``, written atomically through the
-        output contract (the time each step took is in its manifest); an existing one is
-        replaced only with ``overwrite``. ``None``: nothing is written.
-    max_identifiers, utility_words, name_slots, generation_prompts
-        Caps on identifier occurrences per side, non-identifier words, name slots and prompts
-        (chosen by keyed hash of ``seed``; ``None``: all identifiers).
-    mlm_rounds
-        Masked LMs: rounds of 15% whole-word masks per sequence for membership scores.
-    n_boot
-        Bootstrap resamples (over patients) for every confidence interval.
-    show_identifiers
-        Put the text of the most recovered identifiers in the report (off: category and
-        length only).
-
-    Returns
-    -------
-    AuditResult
-        ``data`` as written to ``audit.json``.
-    """
-    options = AuditOptions(
-        device=device,
-        batch_size=batch_size,
-        seed=seed,
-        max_identifiers=max_identifiers or 0,
-        utility_words=utility_words,
-        mlm_rounds=mlm_rounds,
-        n_boot=n_boot,
-        generation_prompts=generation_prompts,
-        name_slots=name_slots,
-        name_candidates=name_candidates,
-        canary_samples=canary_samples,
-        show_identifiers=show_identifiers,
-        label=label,
-    )
-    inputs = {
-        "model": model,
-        "members": members,
-        "non-members": non_members,
-        "reference-model": reference_model,
-        "canaries": canaries,
-        "docs": docs,
-        "spans": spans,
-        "tokenizer": tokenizer,
-    }
-    if out is None:
-        data, _ = measure(**{k.replace("-", "_"): v for k, v in inputs.items()}, options=options,
-                          progress=progress)  # fmt: skip
-        return AuditResult(data, None)
-    run_stage(AuditStage(options), inputs, out, overwrite=overwrite, progress=progress)
-    return AuditResult(read_audit(out), Path(out))
-
-
 def measure(
     model: str | Path,
     members: str | Path,
@@ -995,9 +875,9 @@ def measure(
     options: AuditOptions,
     ctx: Work | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """The audit's measures (:func:`audit`, whose parameters these are): the content of
-    ``audit.json``, and the seconds each step took; ``ctx`` draws the progress
-    (:class:`~phisieve.pipeline.work.Work`)."""
+    """The audit's measures (the ``audit`` stage's, :class:`~phisieve.audit.stage.AuditStage`,
+    whose inputs these are): the content of ``audit.json``, and the seconds each step
+    took; ``ctx`` draws the progress (:class:`~phisieve.pipeline.work.Work`)."""
     o = options
     device, batch_size, seed, label = o.device, o.batch_size, o.seed, o.label
     max_identifiers = o.max_identifiers or None

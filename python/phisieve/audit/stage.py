@@ -40,7 +40,7 @@ class AuditOptions:
 
 class AuditStage(BuildStage):
     """``phisieve audit``: the privacy audit of a trained model
-    (:func:`phisieve.audit.run.audit`); the output folder holds ``audit.json`` and
+    (:func:`phisieve.audit.run.measure`); the output folder holds ``audit.json`` and
     ``index.html``."""
 
     name = "audit"

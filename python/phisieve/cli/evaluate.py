@@ -31,7 +31,7 @@ def detect_options(
     recognizers: str, deny: Path | None, allow: Path | None, stanza_model: str | None = None
 ) -> dict[str, Any]:
     """The recognizer names, word lists and Stanza model that `detect-eval` and `coverage`
-    take, as :func:`phisieve.detect.detect`'s arguments."""
+    take, as :func:`phisieve.detect.run.find_spans`'s arguments."""
     from ..detect.run import read_word_list
 
     return {

@@ -2,87 +2,23 @@
 
 The readers (:mod:`phisieve.io.readers`) parse MIMIC-III CSV, PhysioNet deid, JSONL, Parquet
 and folders of text files; this stage streams what they read into the dataset and the rows
-they reject, with their reason (never their text), into ``OUT.meta/rejected``.
+they reject, with their reason (never their text), into ``OUT.meta/rejected``. Its manifest
+(:func:`phisieve.api.ingest`'s result) counts ``rows`` (written), ``rejected``, ``rows_in``
+(always ``rows + rejected``) and ``rejected_by_reason``, with the ``format`` and ``input``.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pyarrow as pa
 
 from ..io.dataset import DatasetWriter
 from ..io.readers import DocumentStream, Rejection
-from ..pipeline.runner import run_stage
 from ..pipeline.stage import Context
 from ..pipeline.work import Work
-
-
-def ingest(
-    path: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    fmt: str = "auto",
-    *,
-    patient_col: str | None = None,
-    text_col: str | None = None,
-    doc_col: str | None = None,
-    group_col: str | None = None,
-    id_map: str | os.PathLike[str] | None = None,
-    batch_rows: int = 8192,
-    encoding: str = "utf-8",
-    progress: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Read a note collection and write it as a ``documents`` Parquet dataset.
-
-    Usable rows go to part files in ``out``, rejected rows to ``out/_rejected`` with their
-    reason. Nothing is written when the input is found unusable up front (unknown format,
-    missing column).
-
-    Parameters
-    ----------
-    path, fmt, patient_col, text_col, doc_col, group_col, id_map, batch_rows, encoding
-        As for :func:`read_documents`.
-    out
-        The output folder.
-    progress
-        Show a progress bar (bytes of input read) on standard error.
-    overwrite
-        Replace an existing output (atomically: the old one stays until the new one is
-        complete). Without it an existing ``out`` is refused.
-
-    Returns
-    -------
-    dict
-        The manifest, also the output's completion marker
-        (:func:`phisieve.io.dataset.read_manifest`; rejected rows:
-        :func:`phisieve.io.dataset.read_rejected`): ``rows`` (written), ``rejected``,
-        ``rows_in`` (always ``rows + rejected``), ``rejected_by_reason`` (reason -> count),
-        ``parts``, ``format`` and ``input``.
-
-    Raises
-    ------
-    InputError
-        As :func:`read_documents`, or when ``out`` is the input itself.
-    """
-    from .stage import IngestStage
-
-    stage = IngestStage(
-        fmt=fmt,
-        patient_col=patient_col,
-        text_col=text_col,
-        doc_col=doc_col,
-        group_col=group_col,
-        batch_rows=batch_rows,
-        encoding=encoding,
-    )
-    return run_stage(
-        stage, {"path": path, "id-map": id_map}, out, overwrite=overwrite, progress=progress
-    )
 
 
 def documents(ctx: Context, state: DocumentStream) -> Iterator[pa.RecordBatch]:

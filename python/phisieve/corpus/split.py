@@ -17,25 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from ..errors import ConfigError
-from ..pipeline.runner import run_stage
 
-__all__ = [
-    "DEFAULT_FRACTIONS",
-    "assign",
-    "check_fractions",
-    "parse_fractions",
-    "part_sizes",
-    "split",
-]
-
-DEFAULT_FRACTIONS: dict[str, float] = {"members": 0.6, "reference": 0.2, "heldout": 0.2}
-"""Members (trained on), reference (trains the calibration model) and held-out patients."""
+__all__ = ["BY", "assign", "check_fractions", "check_seed", "parse_fractions", "part_sizes"]
 
 BY = {"patient": "patient_id", "document": "doc_id"}
 """What a split keeps together, and the column that names it."""
@@ -146,69 +133,3 @@ def assign(units: Iterable[str], fractions: dict[str, float], seed: int = 0) -> 
             out[u] = name
         start += size
     return out
-
-
-def split(
-    docs: Any,
-    out: str | os.PathLike[str],
-    *,
-    fractions: dict[str, float] | None = None,
-    by: str = "patient",
-    seed: int = 0,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Split a documents dataset into one dataset per part, by patient.
-
-    Two passes over ``docs``: the first collects the distinct patient ids, the second routes
-    every row to its patient's part (rows keep their order within a part; every column is
-    kept).
-
-    Parameters
-    ----------
-    docs
-        A documents dataset folder, Parquet file or table (``patient_id``; ``doc_id`` with
-        ``by="document"``). One-shot streams are refused (read twice).
-    out
-        The output folder: it gets one dataset per part, ``out/<name>/`` with its manifest in
-        ``out/<name>.meta/``, and nothing else.
-    fractions
-        Part names (plain folder names) and their shares of the patients, positive and
-        summing to 1 (default :data:`DEFAULT_FRACTIONS`: members 0.6, reference 0.2,
-        heldout 0.2).
-    by
-        ``"patient"`` (every patient's documents in one part: what membership audits need)
-        or ``"document"`` (documents assigned one by one, by ``doc_id``: a patient may be in
-        several parts, so such parts are no members/non-members split).
-    seed
-        The key of the hash that orders the patients (0 ≤ seed < 2**64).
-    overwrite
-        Replace existing parts (each atomically). Without it an existing part is refused.
-    progress
-        Show progress bars.
-
-    Returns
-    -------
-    dict
-        ``by``, ``seed``, ``fractions``, ``units`` (patients or documents: what was split),
-        ``rows`` and ``parts``: per part its ``path``, ``units``, ``patients`` (distinct
-        patients; ``None`` by document without a ``patient_id`` column) and ``rows``. The
-        same summary is in every part's manifest (``split``, with ``part`` = its name).
-
-    Raises
-    ------
-    ConfigError
-        Bad fractions, seed or ``by``.
-    InputError
-        A missing column, a null id, a one-shot stream, or an output folder that holds other
-        things.
-    OutputExistsError
-        A part exists and ``overwrite`` is False.
-    """
-    fractions = check_fractions(dict(DEFAULT_FRACTIONS if fractions is None else fractions))
-    text = ",".join(f"{name}={share!r}" for name, share in fractions.items())
-    from .stage import SplitStage
-
-    stage = SplitStage(by=by, fractions=text, seed=seed)
-    manifest = run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
-    return manifest["split"]

@@ -2,8 +2,8 @@
 
 * :mod:`phisieve.detect.stage` — the stages ``detect``, ``detect-train``,
   ``detect-train-crf`` and ``learn-deny``: their options and inputs, light to import;
-* :mod:`phisieve.detect.run` — :func:`detect` (the recognizers combined, spans merged) and
-  :func:`evaluate`, scores against gold spans;
+* :mod:`phisieve.detect.run` — :func:`find_spans` (the recognizers combined, spans merged:
+  the ``detect`` stage's work, in memory) and :func:`evaluate`, scores against gold spans;
 * :mod:`phisieve.detect.recognizers` — rules, lists (deny lists and the built-in
   dictionaries), Presidio, Stanza, the CRF and a trained model;
 * :mod:`phisieve.detect.labels` — one map of gold, detect and surrogate labels to categories;
@@ -23,9 +23,9 @@ __getattr__, __dir__ = lazy_exports(
         **{
             name: ".run"
             for name in (
-                "detect",
                 "evaluate",
                 "evaluate_corpus",
+                "find_spans",
                 "merge_spans",
                 "read_word_list",
             )

@@ -187,7 +187,7 @@ def train_crf(
         Regularisation and iterations (:class:`CrfTrainOptions`).
     corpus
         The notes the dictionaries' statistics are counted over, when not ``documents``
-        (as :func:`phisieve.detect.detect`'s ``corpus``).
+        (as :func:`phisieve.detect.run.find_spans`'s ``corpus``).
     ctx
         Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
 

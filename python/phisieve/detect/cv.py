@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigError
 from ..pipeline.work import Work, work
-from .run import detect, evaluate
+from .run import evaluate, find_spans
 
 __all__ = ["cross_validate", "folds", "summarise"]
 
@@ -112,7 +112,7 @@ def cross_validate(
     ctx: Work | None = None,
     **detect_kwargs: Any,
 ) -> dict[str, Any]:
-    """Patient-level k-fold cross-validation of :func:`phisieve.detect.detect`.
+    """Patient-level k-fold cross-validation of :func:`phisieve.detect.run.find_spans`.
 
     Parameters
     ----------
@@ -120,7 +120,7 @@ def cross_validate(
         The annotated notes (``doc_id``, ``patient_id``, ``text``) and their gold ``spans``
         table.
     recognizers
-        As :func:`phisieve.detect.detect`; a bare ``model`` is trained per fold from
+        As :func:`phisieve.detect.run.find_spans`; a bare ``model`` is trained per fold from
         ``base``, a bare ``crf`` on the fold's training notes (``model:PATH`` and
         ``crf:PATH``, models trained before, are refused: they may have seen the held-out
         patients).
@@ -137,7 +137,7 @@ def cross_validate(
         Where each fold's models are trained (a scratch folder,
         :class:`~phisieve.pipeline.work.Work`; default: the system's temporary folder).
     detect_kwargs
-        Passed to :func:`phisieve.detect.detect` (``deny``, ``allow``, ``min_score``...).
+        Passed to :func:`phisieve.detect.run.find_spans` (``deny``, ``allow``, ``min_score``...).
 
     Returns
     -------
@@ -206,7 +206,7 @@ def cross_validate(
                 names = [f"model:{model_dir}" if r == "model" else r for r in names]
             fit_s = time.perf_counter() - t
             t = time.perf_counter()
-            detected = detect(test, names, deny=fold_deny, corpus=documents, **detect_kwargs)
+            detected = find_spans(test, names, deny=fold_deny, corpus=documents, **detect_kwargs)
             detect_s = time.perf_counter() - t
         scores = evaluate(test, detected, test_gold, detect_s)
         scores.update(

@@ -17,8 +17,9 @@ Recognizers (combinable):
   distribution ``phisieve-models-physionet``, GPL-2.0, installed apart from phisieve; or one
   from ``phisieve detect-train-crf``): it tags PHI of its own and drops the
   ``rules``/``lists`` spans it finds very unlikely. The default recognizers include it:
-  without that distribution, :func:`detect` raises :class:`~phisieve.errors.
-  MissingModelError` before reading any note, naming it and ``rules,lists``;
+  without that distribution, detection (the ``detect`` stage, :func:`find_spans`) raises
+  :class:`~phisieve.errors.MissingModelError` before reading any note, naming it and
+  ``rules,lists``;
 * ``model:DIR``: a token-classification model trained by ``phisieve detect-train``
   (:class:`~phisieve.detect.recognizers.model.ModelRecognizer`), in overlapping windows,
   batched, on CUDA when available.
@@ -57,7 +58,7 @@ from ..text.words import normalize_word, tokenize
 from .recognizers import SPAN_ROWS, dictionaries
 from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
 
-__all__ = ["detect", "evaluate", "merge_spans", "read_word_list", "require_models"]
+__all__ = ["evaluate", "find_spans", "merge_spans", "read_word_list", "require_models"]
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -370,9 +371,50 @@ def detector(
     ctx: Work | None = None,
 ) -> Detector:
     """Load the recognizers and, for ``lists``, learn the dictionaries' statistics of the
-    corpus (``src``, or ``corpus`` when given): the reduce step of detection (the
-    parameters are :func:`detect`'s; ``pieces``, the run's engine for ``src``; ``ctx`` draws
-    the progress, :class:`~phisieve.pipeline.work.Work`)."""
+    corpus (``src``, or ``corpus`` when given): the reduce step of detection
+    (:func:`find_spans`, the ``detect`` stage).
+
+    Parameters
+    ----------
+    src
+        The documents (``doc_id``, ``text``).
+    recognizers
+        Names from :data:`RECOGNIZERS` (``model:DIR`` for a trained model).
+    deny
+        Word -> label, always direct (:func:`read_word_list`); used by ``lists``.
+    allow
+        Words never direct (eponyms, clinical terms a rule mistakes for names).
+    min_score
+        Drop detections scored below this before merging: one threshold, or one per
+        recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
+    presidio_model, workers
+        The spaCy model of the ``presidio`` recognizer (default
+        :data:`~phisieve.detect.recognizers.presidio.DEFAULT_MODEL`) and its ``nlp.pipe``
+        processes.
+    stanza
+        Options of the ``stanza`` recognizer
+        (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`: ``package``, ``ner``,
+        ``model_dir``, ``use_gpu``...).
+    dictionaries_enabled
+        Whether ``lists`` also runs the built-in dictionaries
+        (:mod:`~phisieve.detect.recognizers.dictionaries`: census names, US places, places
+        named after a trigger); they read the corpus twice first (patients per word, context
+        places).
+    corpus
+        The notes the dictionaries learn those corpus statistics from, when not ``src``
+        itself (no gold is read): e.g. a site's whole corpus when only some of its patients'
+        notes are detected (cross-validation, :mod:`phisieve.detect.cv`).
+    model_options
+        Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.recognizers.model.
+        ModelRecognizer`: ``device``, ``batch_size``).
+    pieces
+        The run's engine for ``src`` (the stage's reduce steps).
+    crf_options
+        Options of the ``crf`` recognizer (:class:`phisieve.detect.recognizers.crf.
+        CrfRecognizer`: ``verify``).
+    ctx
+        Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
+    """
     recognizers = list(recognizers)
     thresholds = check_recognizers(recognizers, min_score)
     models: dict[str, Any] = {}
@@ -409,88 +451,35 @@ def detector(
     return Detector(recognizers, deny or {}, allow_set, thresholds, models, learnt)
 
 
-def detect(
-    documents: Any,
-    recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
-    *,
-    deny: dict[str, str] | None = None,
-    allow: Iterable[str] | None = None,
-    min_score: float | dict[str, float] = 0.0,
-    presidio_model: str | None = None,
-    stanza: dict[str, Any] | None = None,
-    workers: int = 1,
-    dictionaries_enabled: bool = True,
-    corpus: Any = None,
-    model_options: dict[str, Any] | None = None,
-    crf_options: dict[str, Any] | None = None,
-    ctx: Work | None = None,
+def find_spans(
+    documents: Any, recognizers: Iterable[str] = DEFAULT_RECOGNIZERS, **options: Any
 ) -> pa.Table:
-    """Direct-identifier spans of every document.
+    """The ``spans`` table of ``documents``, in memory: what the ``detect`` stage
+    (:func:`phisieve.api.detect`) writes, with every option of :func:`detector`, including
+    those its command line does not offer (a deny list as a mapping, ``corpus``,
+    ``dictionaries_enabled``, the recognizers' own options).
 
-    Parameters
-    ----------
-    documents
-        Anything :func:`phisieve.io.dataset.open_source` reads, with ``doc_id`` and ``text``.
-    recognizers
-        Names from :data:`RECOGNIZERS` (``model:DIR`` for a trained model).
-    deny
-        Word -> label, always direct (:func:`read_word_list`); used by ``lists``.
-    allow
-        Words never direct (eponyms, clinical terms a rule mistakes for names).
-    min_score
-        Drop detections scored below this before merging: one threshold, or one per
-        recognizer (``{"presidio": 0.85, "rules": 0.0}``; ``"*"`` for the others).
-    dictionaries_enabled
-        Whether ``lists`` also runs the built-in dictionaries
-        (:mod:`~phisieve.detect.recognizers.dictionaries`: census names, US places, places
-        named after a trigger); they read the corpus twice first (patients per word, context
-        places).
-    model_options
-        Options of the ``model:DIR`` recognizers (:class:`phisieve.detect.recognizers.model.
-        ModelRecognizer`: ``device``, ``batch_size``).
-    crf_options
-        Options of the ``crf`` recognizer (:class:`phisieve.detect.recognizers.crf.
-        CrfRecognizer`: ``verify``).
-    corpus
-        The notes the dictionaries learn those corpus statistics from, when not
-        ``documents`` themselves (no gold is read): e.g. a site's whole corpus when only some
-        of its patients' notes are detected (cross-validation, :mod:`phisieve.detect.cv`).
-    presidio_model, workers
-        The spaCy model of the ``presidio`` recognizer (default
-        :data:`~phisieve.detect.recognizers.presidio.DEFAULT_MODEL`) and its ``nlp.pipe``
-        processes.
-    stanza
-        Options of the ``stanza`` recognizer
-        (:class:`~phisieve.detect.recognizers.stanza.StanzaRecognizer`: ``package``, ``ner``,
-        ``model_dir``, ``use_gpu``...).
-    ctx
-        Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
-
-    Returns
-    -------
-    pyarrow.Table
-        The ``spans`` table: ``doc_id`` and ``spans`` (code-point ``start``/``end``,
-        ``label``, ``source`` = the recognizers that found it, ``score``).
+    ``documents`` is anything :func:`phisieve.io.sources.open_source` reads, with ``doc_id``
+    and ``text``; a one-shot stream is held in memory when the recognizers read the corpus
+    more than once. Returns ``doc_id`` and ``spans`` (code-point ``start``/``end``,
+    ``label``, ``source`` = the recognizers that found it, ``score``). ``options`` are
+    :func:`detector`'s (``ctx`` draws the progress). The models the
+    recognizers load from other distributions are checked first (:func:`require_models`).
     """
     recognizers = list(recognizers)
-    check_recognizers(recognizers, min_score)
+    check_recognizers(recognizers, options.get("min_score", 0.0))
     require_models(recognizers)
     src = open_source(documents, 4096)
     require_columns(src.schema, ["doc_id", "text"], src.name)
-    learns = ("lists" in recognizers and dictionaries_enabled) or any(
+    learns = ("lists" in recognizers and options.get("dictionaries_enabled", True)) or any(
         _kind(r) == "crf" for r in recognizers
     )
     if learns and not src.reiterable:
         # The dictionaries read the corpus three times; a one-shot stream is kept in memory.
         src = open_source(src.table(), 4096)
-    found = detector(
-        src, recognizers, deny=deny, allow=allow, min_score=min_score,
-        presidio_model=presidio_model, stanza=stanza, workers=workers, ctx=ctx,
-        dictionaries_enabled=dictionaries_enabled, corpus=corpus, model_options=model_options,
-        crf_options=crf_options,
-    )  # fmt: skip
+    found = detector(src, recognizers, **options)
     out = []
-    with work(ctx).bar("detect", src.num_rows, "documents") as adv:
+    with work(options.get("ctx")).bar("detect", src.num_rows, "documents") as adv:
         for b in src.batches(["doc_id", "text"]):
             out.append(found.spans(b))
             adv(b.num_rows)
@@ -558,11 +547,12 @@ def evaluate_corpus(
     recognizers: Iterable[str] = DEFAULT_RECOGNIZERS,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """:func:`detect` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``), scored."""
+    """:func:`find_spans` on a PhysioNet deid folder (``id.text``, ``id-phi.phrase``),
+    scored."""
     from ..io.annotated import read_physionet
 
     documents, gold = read_physionet(corpus)
     t = time.perf_counter()
-    detected = detect(documents, recognizers, **kwargs)
+    detected = find_spans(documents, recognizers, **kwargs)
     seconds = time.perf_counter() - t
     return evaluate(documents, detected, gold, seconds)

@@ -1,7 +1,7 @@
 """The ``encode`` stage: documents -> model token sequences with per-token protection flags.
 
-* :mod:`phisieve.encode.stage` — the stage; :mod:`phisieve.encode.api` — :func:`encode` and
-  :func:`read_encoding`;
+* :mod:`phisieve.encode.stage` — the stage (:func:`phisieve.api.encode` runs it);
+  :mod:`phisieve.encode.encoding` — :func:`read_encoding`, how an encoded dataset was made;
 * :mod:`phisieve.encode.batches` — its batch function: words flagged by
   :mod:`phisieve.protection.scope` and the terms, model tokens mapped to them by offsets;
 * :mod:`phisieve.encode.tokenizer` — local fast tokenizers, their special tokens;
@@ -20,9 +20,8 @@ __getattr__, __dir__ = lazy_exports(
         "ENCODED": ".pack",
         "EncodeStage": ".stage",
         "SpecialTokens": ".tokenizer",
-        "encode": ".api",
         "encode_batches": ".batches",
         "load_tokenizer": ".tokenizer",
-        "read_encoding": ".api",
+        "read_encoding": ".encoding",
     },
 )

@@ -168,7 +168,7 @@ def _pseudonymize(
 
 class Encoder:
     """The batch function of ``encode``: documents -> ``encoded`` rows, with per-token
-    protection flags, packed per patient (see :func:`phisieve.encode.encode`).
+    protection flags, packed per patient (see :func:`phisieve.api.encode`).
 
     ``spans`` protects the words of direct spans in place and, with ``patient_scope``, the
     same (normalised) words in all the patient's documents: a patient's documents are then

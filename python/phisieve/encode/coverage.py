@@ -43,7 +43,7 @@ def coverage(
     tokenizer
         A Hugging Face fast tokenizer or the local path of one.
     recognizers, detect_options
-        What ``detect`` runs (:func:`phisieve.detect.detect`).
+        What ``detect`` runs (:func:`phisieve.detect.run.find_spans`).
     k, ngram, direct_scope, min_share, max_len
         The options of ``index`` and ``encode``.
     ctx
@@ -56,26 +56,22 @@ def coverage(
         ``coverage`` (protected gold PHI tokens / gold PHI tokens), ``protected_share``
         (protected tokens / all tokens) and the encode stage's ``protection`` report.
     """
-    from ..detect.run import detect
+    from ..detect.run import find_spans
+    from ..pipeline.runner import run_stage
     from ..term_index.build import index
-    from .api import encode
+    from .stage import EncodeStage
 
     check_scope(direct_scope, min_share)
-    spans = detect(documents, recognizers, **(detect_options or {}))
+    spans = find_spans(documents, recognizers, **(detect_options or {}))
     terms = index(
         documents, k=k, ngram=ngram, spans=spans, direct_scope=direct_scope, min_share=min_share
     )
+    inputs = {"docs": documents, "terms": terms, "spans": spans, "gold": gold}
+    if isinstance(tokenizer, (str, Path)):
+        inputs["tokenizer"], tokenizer = tokenizer, None
+    stage = EncodeStage(tokenizer=tokenizer, ngram=ngram, max_len=max_len)
     with work(ctx).scratch("coverage") as tmp:
-        manifest = encode(
-            documents,
-            Path(tmp) / "encoded",
-            tokenizer,
-            terms=terms,
-            spans=spans,
-            ngram=ngram,
-            max_len=max_len,
-            gold=gold,
-        )
+        manifest = run_stage(stage, inputs, Path(tmp) / "encoded")
     report = manifest["encoding"]["protection"]
     return {
         "documents": documents.num_rows,

@@ -16,6 +16,17 @@ be recomputed from the input; the key never travels with the output, and nothing
 writes or raises shows a secret except the side file, whose very purpose is to hold them
 (keep it away from the people the trained model is shared with).
 
+Each canary goes to its own patient (the ``n`` smallest keyed draws of the patient ids), and
+its sentence (``prefix + secret + suffix``, :data:`KINDS`) is appended ``repeats`` times to
+the patient's notes, round-robin over them in the order of keyed draws of ``(canary_id,
+doc_id)`` (each note gets ``repeats // notes`` or one more). Notes are addressed by
+``(patient_id, doc_id)``, never by position; other rows and columns are unchanged. The stage
+reads its input three times (the patients, the chosen patients' notes, then the copy); its
+manifest counts ``canaries``, ``insertions``, ``patients``, ``corpus_patients``,
+``notes_modified``, ``by_repeats`` and ``by_kind``, never a secret. With ``new_patients``
+each canary is a patient of its own, ``patient-<canary id>``, whose one note holds its
+sentence once per repeat: adding or removing such a patient is what patient-level DP bounds.
+
 Canaries are appended to the end of notes after a newline, so every character offset of the
 existing text (a gold ``spans`` column, for instance) stays valid.
 """
@@ -38,8 +49,6 @@ import pyarrow.parquet as pq
 from .. import _core
 from ..errors import ConfigError, InputError
 from ..io.dataset import check_dataset, side_file
-from ..pipeline.runner import run_stage
-from .stage import DEFAULT_KINDS, CanariesOptions, CanariesStage
 
 __all__ = [
     "CANARIES_FILE",
@@ -48,7 +57,6 @@ __all__ = [
     "CanaryKind",
     "candidate_indices",
     "candidates",
-    "insert_canaries",
     "read_canaries",
     "secret_at",
     "secrets_at",
@@ -388,96 +396,6 @@ def _plan(
         included = not coin or bool(_draws(secret, ["coin"], [cid])[0] & np.uint64(1))
         out.append(_Canary(cid, kind, r, pid, secret_at(kind, index), new_patients, included))
     return out
-
-
-def insert_canaries(
-    docs: Any,
-    out: str | os.PathLike[str],
-    secret: bytes,
-    *,
-    n: int = 100,
-    repeats: tuple[int, ...] = (1, 4, 16),
-    kinds: tuple[str, ...] | None = None,
-    new_patients: bool = False,
-    coin: bool = False,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Plant ``n`` canaries in a ``documents`` dataset and write it with their list.
-
-    Each canary goes to its own patient (chosen by ``HMAC-SHA256(secret, patient_id)``), its
-    secret is ``secret_at(kind, HMAC(secret, canary_id) mod space)``, and its sentence
-    (``prefix + secret + suffix``, :data:`KINDS`) is appended ``repeats`` times to the
-    patient's notes, round-robin over them in the order of ``HMAC(secret, canary_id,
-    doc_id)`` (so each note gets ``repeats // notes`` or one more), each time after a
-    newline at the end of the note. Notes are addressed by ``(patient_id, doc_id)``, never by
-    position, so the output does not depend on the order of the rows or their batching.
-    Existing text keeps its offsets; other rows and columns are unchanged. Three streaming
-    reads of the input: the patients, the notes of the chosen ones, then the copy.
-
-    Parameters
-    ----------
-    docs
-        A documents dataset folder, Parquet file or table (``doc_id``, ``patient_id``,
-        ``text``; other columns pass through).
-    out
-        The output folder (a documents dataset of the input's schema); the canaries are in
-        its side file ``canaries.parquet`` (:func:`read_canaries`). Never holds the key.
-    secret
-        The key: random, at least 32 bytes (:func:`phisieve.phi.surrogate.check_secret`);
-        :func:`phisieve.phi.surrogate.read_secret` reads it from a file.
-    n
-        How many canaries in all, split evenly over ``repeats``; at most the number of
-        patients.
-    repeats
-        Distinct repeat counts (insertions per canary).
-    kinds
-        Canary kinds (keys of :data:`KINDS`), cycled within each repeat count (default
-        ``name, date, mrn``; ``words`` with ``new_patients``).
-    new_patients
-        Each canary is a patient of its own, ``patient-<canary id>``, whose one note (doc_id
-        the canary's id) holds its sentence ``repeats`` times, one per line; the other
-        columns are null (empty text where a text column cannot be null). Adding or removing
-        such a patient is exactly what patient-level DP bounds.
-    coin
-        Plant each canary only when a keyed coin says so (probability 1/2): the others are
-        recorded (``included`` false) but not planted. ``phisieve audit --canaries`` then
-        guesses which were planted and turns its correct guesses into a lower bound on the
-        model's ε (Steinke, Nasr & Jagielski 2023). Needs ``new_patients``.
-    overwrite
-        Replace an existing output (atomically).
-    progress
-        Show progress bars.
-
-    Returns
-    -------
-    dict
-        The manifest, with ``canaries``, ``insertions``, ``patients`` (that received a
-        canary), ``corpus_patients``, ``notes_modified``, ``by_repeats`` and ``by_kind``
-        (counts; never a secret).
-
-    Raises
-    ------
-    ConfigError
-        A weak key, a bad option, or more canaries than patients.
-    InputError
-        A missing column, a one-shot stream, a chosen note without text, or a chosen
-        patient's notes without distinct doc_ids.
-    """
-    if kinds is None:
-        kinds = DEFAULT_KINDS[new_patients]
-    n, repeats, kinds = _check_plan(n, repeats, kinds)
-    stage = CanariesStage(
-        CanariesOptions(
-            n=n,
-            repeats=",".join(map(str, repeats)),
-            kinds=",".join(kinds),
-            new_patients=new_patients,
-            coin=coin,
-        ),
-        secret=secret,
-    )
-    return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)
 
 
 @dataclass

@@ -5,7 +5,6 @@ real annotated notes can be round-tripped through the surrogate stage (DESIGN.md
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -16,8 +15,6 @@ import pyarrow as pa
 from .. import _core
 from ..errors import InputError
 from ..io.sources import require_columns
-from ..pipeline.runner import run_stage
-from .stage import PlaceholdersStage
 
 __all__ = [
     "CATEGORY_OF_KIND",
@@ -25,7 +22,6 @@ __all__ = [
     "gold_by_doc",
     "placeholder_ids",
     "placeholder_text",
-    "placeholders",
     "to_placeholders",
 ]
 
@@ -415,32 +411,6 @@ def _splice_placeholders(
         idx, documents.schema.field(idx), new_text.cast(documents.schema.field(idx).type)
     )
     return out, {**counts, "by_category": dict(sorted(by_category.items()))}
-
-
-def placeholders(
-    out: str | os.PathLike[str],
-    *,
-    corpus: str | os.PathLike[str] | None = None,
-    docs: Any = None,
-    spans: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Write a documents dataset whose gold PHI spans are MIMIC-III placeholders (the
-    ``placeholders`` stage, :class:`PlaceholdersStage`).
-
-    Either ``corpus`` (a PhysioNet deid folder: ``id.text`` and ``id-phi.phrase``) or
-    ``docs`` (a documents dataset or table) with ``spans`` (a spans dataset).
-
-    An existing ``out`` is replaced (atomically) only with ``overwrite``.
-
-    Returns
-    -------
-    dict
-        The manifest (the output's completion marker): rows and the counts of
-        :func:`to_placeholders`.
-    """
-    inputs = {"corpus": corpus, "docs": docs, "spans": spans}
-    return run_stage(PlaceholdersStage(), inputs, out, overwrite=overwrite)
 
 
 @dataclass

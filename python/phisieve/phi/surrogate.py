@@ -27,7 +27,6 @@ per surrogate (code-point ``start``/``end`` in the new text, ``label`` = the sur
 from __future__ import annotations
 
 import calendar
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,10 +40,8 @@ from .. import _core
 from ..errors import ConfigError, InputError
 from ..io.schema import SPAN, SPANS, spans_array
 from ..io.sources import open_source, require_columns
-from ..pipeline.runner import run_stage
 from .placeholders import find, sex_of
 from .secret import check_secret, read_secret
-from .stage import SurrogateOptions, SurrogateStage
 
 __all__ = [
     "SPAN",
@@ -53,7 +50,6 @@ __all__ = [
     "check_secret",
     "date_anchors",
     "read_secret",
-    "surrogate",
 ]
 
 
@@ -779,60 +775,3 @@ def _span_lists(
         pa.array(["surrogate"] * n, pa.string()),
         pa.array(np.ones(n, dtype=np.float32)),
     )
-
-
-def surrogate(
-    docs: Any,
-    out: str | os.PathLike[str],
-    secret: bytes,
-    *,
-    locale: str = "en_US",
-    keep_unfilled: bool = False,
-    years: tuple[int, int] = (2000, 2020),
-    progress: bool = False,
-    overwrite: bool = False,
-    report_unknown: bool = False,
-) -> dict[str, Any]:
-    """Fill every placeholder of a ``documents`` dataset and write it with gold ``spans``
-    (the ``surrogate`` stage, :class:`SurrogateStage`).
-
-    Two passes: the first finds each patient's latest placeholder year (the anchor of the
-    patient's date shift), the second fills and writes.
-
-    Parameters
-    ----------
-    docs
-        A documents dataset folder, Parquet file or table (``patient_id``, ``text``; other
-        columns pass through).
-    out
-        Output folder (a Parquet dataset; its manifest in ``out.meta/``). Never holds the
-        secret.
-    secret
-        The key: random, at least 32 bytes (:func:`check_secret`, checked before anything
-        is read or written); :func:`read_secret` reads it from a file.
-    locale, keep_unfilled, years, report_unknown
-        As :class:`SurrogateFiller`.
-    progress
-        Show progress bars.
-    overwrite
-        Replace an existing output (atomically). Without it an existing ``out`` is refused.
-
-    Returns
-    -------
-    dict
-        The manifest: rows, counts of placeholders by form and filled surrogates by kind,
-        unfilled placeholders, removed markers, impossible dates clamped, unknown
-        categories counted (their text only with ``report_unknown``, and then only of those
-        two patients use: :meth:`SurrogateFiller._unknown_report`), and the locale, Faker
-        version and year range the mapping depends on.
-    """
-    stage = SurrogateStage(
-        SurrogateOptions(
-            locale=locale,
-            keep_unfilled=keep_unfilled,
-            years=f"{years[0]}:{years[1]}",
-            report_unknown_categories=report_unknown,
-        ),
-        secret=secret,
-    )
-    return run_stage(stage, {"docs": docs}, out, overwrite=overwrite, progress=progress)

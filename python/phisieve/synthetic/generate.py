@@ -27,9 +27,8 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InputError
 from ..io.schema import DOCUMENTS
-from ..pipeline.runner import run_stage
 
-__all__ = ["SYNTH", "synth", "synth_batches"]
+__all__ = ["SYNTH", "synth_batches"]
 
 SYNTH = pa.schema(
     [
@@ -45,6 +44,9 @@ MIMIC_COLUMNS = (
     "ROW_ID", "SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "STORETIME",
     "CATEGORY", "DESCRIPTION", "CGID", "ISERROR", "TEXT",
 )  # fmt: skip
+"""The columns of ``synth --format mimic-csv``, quoted as MIMIC-III ships them (TEXT
+double-quoted, with embedded newlines and doubled quotes); ROW_ID, SUBJECT_ID and HADM_ID
+equal the parquet ``doc_id``, ``patient_id`` and ``group_id``."""
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary: slot name -> choices, most frequent first (slots are filled Zipf-like).
@@ -1162,59 +1164,3 @@ def parse_range(text: str, option: str) -> tuple[int, int]:
     except ValueError:
         raise ConfigError(f"{option} must be LO:HI, e.g. 2:8, not {text!r}") from None
     return lo, hi
-
-
-def synth(
-    out: str | Path,
-    patients: int = 500,
-    seed: int = 0,
-    *,
-    fmt: str = "parquet",
-    notes_per_patient: tuple[int, int] = (2, 8),
-    words_per_note: tuple[int, int] = (60, 400),
-    progress: bool = False,
-    overwrite: bool = False,
-) -> dict:
-    """Write a synthetic MIMIC-III-style corpus to disk (the ``synth`` stage,
-    :class:`~phisieve.synthetic.stage.SynthStage`; streaming: any size fits in memory).
-
-    Parameters
-    ----------
-    out
-        With ``fmt="parquet"``, the output folder of a documents dataset (schema
-        :data:`SYNTH`; its manifest is in ``out.meta/``). With ``fmt="mimic-csv"``, the path
-        of a NOTEEVENTS-style CSV file, gzip-compressed if it ends in ``.gz`` (its manifest
-        in ``out.meta/`` too).
-    patients, seed, notes_per_patient, words_per_note
-        As in :func:`synth_batches`.
-    fmt
-        ``"parquet"`` or ``"mimic-csv"`` (columns ROW_ID, SUBJECT_ID, HADM_ID, CHARTDATE,
-        CHARTTIME, STORETIME, CATEGORY, DESCRIPTION, CGID, ISERROR, TEXT, quoted as MIMIC-III
-        ships them: TEXT double-quoted with embedded newlines and doubled quotes). Its ROW_ID,
-        SUBJECT_ID and HADM_ID equal the parquet ``doc_id``, ``patient_id`` and ``group_id``.
-    progress
-        Show a progress bar (rich) on stderr.
-    overwrite
-        Replace an existing output (atomically). Without it an existing ``out`` is refused.
-
-    Returns
-    -------
-    dict
-        The manifest: ``rows``, ``patients``, ``tokens`` (whitespace tokens), ``seed``,
-        ``format``, and for parquet the dataset's ``parts`` and ``rejected``.
-
-    Raises
-    ------
-    InputError
-        If ``fmt`` is unknown or an argument is out of range.
-    """
-    from .stage import SynthStage
-
-    stage = SynthStage(
-        patients=patients,
-        seed=seed,
-        fmt=fmt,
-        notes_per_patient=f"{notes_per_patient[0]}:{notes_per_patient[1]}",
-        words_per_note=f"{words_per_note[0]}:{words_per_note[1]}",
-    )
-    return run_stage(stage, {}, out, overwrite=overwrite, progress=progress)

@@ -25,7 +25,6 @@ __getattr__, __dir__ = lazy_exports(
                 "term_stats",
                 "terms_options",
                 "with_terms_options",
-                "write_index",
             )
         },
         "IndexStage": ".stage",

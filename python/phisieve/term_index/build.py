@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from .. import _core
 from ..errors import ConfigError, InputError, MemoryBudgetExceeded, NotGroupedError
-from ..io.dataset import dataset_files, side_file
+from ..io.dataset import dataset_files
 from ..io.schema import TERMS
 from ..io.sources import BatchSource, open_source, require_columns, string_array
 from ..pipeline.work import Work, work
@@ -279,7 +279,7 @@ def index(
         text, and a Parquet input is read without read-ahead. Not counted: the interpreter
         and its libraries (~150 MB), the Parquet reader's own buffers (~30 MB), the returned
         ``terms`` table, which holds every term, and what is computed from it afterwards
-        (``write_index``'s statistics). ``None``: one pass, read in ``batch_size`` rows,
+        (the ``index`` stage's statistics). ``None``: one pass, read in ``batch_size`` rows,
         freed memory kept for reuse (faster).
     threads
         Worker threads (0: all cores). Results do not depend on it.
@@ -743,7 +743,7 @@ def shares(counts: Iterable[dict[str, int]]) -> dict[str, float | int]:
 
 
 def read_terms(path: str | Path) -> pa.Table:
-    """Read a ``terms`` dataset written by :func:`write_index`."""
+    """Read a ``terms`` dataset written by the ``index`` stage (:func:`phisieve.api.index`)."""
     path = Path(path)
     if not path.exists():
         raise InputError("no such terms folder", path=path)
@@ -765,54 +765,3 @@ def blacklist(terms: pa.Table) -> str:
     """``blacklist.txt``: the indirect terms, one per line."""
     indirect = terms.filter(pc.field("indirect")).column("term").to_pylist()
     return "".join(t + "\n" for t in indirect)
-
-
-def write_index(
-    source: Any,
-    out: str | Path,
-    *,
-    k: int = 2,
-    ngram: int = 1,
-    normalize: str = "nfkc_lower",
-    patient_col: str = "patient_id",
-    text_col: str = "text",
-    memory_budget: int | str | None = None,
-    threads: int = 0,
-    batch_size: int = 16_384,
-    policy_stats: bool = True,
-    progress: bool = False,
-    spans: str | Path | None = None,
-    direct_scope: str = DEFAULT_SCOPE,
-    min_share: float = DEFAULT_MIN_SHARE,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Index ``source`` and write the ``terms`` dataset at ``out``, with the side files
-    ``blacklist.txt`` (the indirect terms, one per line) and ``stats.json`` beside it in
-    ``out.meta/`` (:func:`phisieve.io.dataset.side_file`). Returns the statistics
-    (``stats.json``) with how the counting went (the manifest's ``execution``: passes,
-    partitions, peak bytes).
-
-    The inputs and the output are checked before the work starts; an existing ``out`` is
-    replaced (atomically, side files included) only with ``overwrite``.
-    """
-    from ..pipeline.runner import run_stage
-    from .stage import IndexStage
-
-    stage = IndexStage(
-        k=k,
-        ngram=ngram,
-        normalize=normalize,
-        patient_col=patient_col,
-        text_col=text_col,
-        memory_budget=None if memory_budget is None else str(memory_budget),
-        threads=threads,
-        policy_stats=policy_stats,
-        direct_scope=direct_scope,
-        min_share=min_share,
-    )
-    stage.batch_rows = batch_size
-    m = run_stage(
-        stage, {"docs": source, "spans": spans}, out, overwrite=overwrite, progress=progress
-    )
-    stats = json.loads(side_file(out, "stats.json").read_text(encoding="utf-8"))
-    return {**stats, **m["execution"]}

@@ -27,6 +27,5 @@ __getattr__, __dir__ = lazy_exports(
         "InitModelStage": ".stage",
         "TrainStage": ".stage",
         "TrainConfig": ".loop",
-        "train": ".loop",
     },
 )

@@ -2,10 +2,10 @@
 
 :func:`train_wordpiece` makes a BERT-style lower-casing WordPiece tokenizer and
 :func:`train_bpe` a GPT-2-style byte-level BPE, both saved as ``PreTrainedTokenizerFast``
-folders that :func:`phisieve.encode.encode`, :func:`phisieve.training.loop.train` and
-:func:`phisieve.audit.audit` load. Learn them on text the audited model is not judged on
-(e.g. the reference split), so that the vocabulary favours neither members nor held-out
-patients.
+folders that the ``encode``, ``train`` and ``audit`` stages (:func:`phisieve.api.encode`,
+:func:`phisieve.api.train`, :func:`phisieve.api.audit`) load. Learn them on text the audited
+model is not judged on (e.g. the reference split), so that the vocabulary favours neither
+members nor held-out patients.
 """
 
 from __future__ import annotations

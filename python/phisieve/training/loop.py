@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..dependencies import require
-from ..encode.api import read_encoding
+from ..encode.encoding import read_encoding
 from ..errors import ConfigError
-from ..io.dataset import side_file
 from ..pipeline.progress import quiet_transformers
 from .dp import DPConfig
 from .masking import MaskingConfig, Objective, check_masking, check_protection, objective
 from .sparse_head import SparseHead
-from .stage import TrainOptions, TrainStage
 
 
 @dataclass
@@ -86,47 +84,6 @@ def _device(name: str) -> Any:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def train(
-    encoded: str | Path,
-    model: Any,
-    out: str | Path,
-    config: TrainConfig | None = None,
-    *,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Fine-tune ``model`` (a model object or a local model folder) on ``encoded`` (the
-    ``train`` stage, :class:`~phisieve.training.stage.TrainStage`).
-
-    Writes, atomically (a killed run leaves the previous output or none), the final model
-    (and tokenizer-free config) to ``out`` with checkpoints in ``out/checkpoint-<step>``, and
-    beside it in ``out.meta/``: ``metrics.jsonl`` (one line per optimizer step) and
-    ``train.json`` (the settings, final loss, ``output_untied`` (whether ``untie_output``
-    found tied embeddings to untie) and, under DP, ε and δ). An existing ``out`` is replaced
-    only with ``overwrite``.
-
-    Returns
-    -------
-    dict
-        The content of ``train.json``.
-    """
-    from ..pipeline.runner import run_stage
-
-    cfg = config or TrainConfig()
-    given = None if isinstance(model, (str, Path)) else model
-    dp = cfg.dp
-    stage = TrainStage(
-        TrainOptions.of(cfg),
-        model=given,
-        secret=dp.secret if dp else None,
-        secure_mode=dp.secure_mode if dp else False,
-    )
-    inputs: dict[str, Any] = {"encoded": encoded}
-    if given is None:
-        inputs["model"] = model
-    run_stage(stage, inputs, out, overwrite=overwrite)
-    return json.loads(side_file(out, "train.json").read_text(encoding="utf-8"))
 
 
 def _train(

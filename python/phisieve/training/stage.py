@@ -20,9 +20,9 @@ from ..pipeline.summary import Line
 
 loop = LazyModule(".loop", __package__)
 model_init = LazyModule(".model_init", __package__)
-# Both import this module (for :func:`phisieve.training.loop.train` and the options' type),
-# so they are reached through these proxies, imported when a stage runs, never by an import
-# statement here.
+# What they import (torch, transformers) is imported when a stage runs, through these
+# proxies, never by an import statement here (model_init imports this module, for the
+# options' type).
 
 __all__ = [
     "InitModelOptions",
@@ -333,6 +333,15 @@ class TrainStage(BuildStage):
         self.secret = secret
         self.secure_mode = secure_mode
         super().__init__(options, **values)
+
+    @classmethod
+    def of(cls, cfg: loop.TrainConfig, model: Any = None) -> TrainStage:
+        """The stage that trains as ``cfg`` (a :class:`~phisieve.training.loop.TrainConfig`,
+        its DP-SGD key and secure mode included) says; ``model``, a model object, is trained
+        in place of the ``model`` input's folder (the stage then needs no such input)."""
+        dp = cfg.dp
+        secret, secure = (dp.secret, dp.secure_mode) if dp else (None, False)
+        return cls(TrainOptions.of(cfg), model=model, secret=secret, secure_mode=secure)
 
     def check(self) -> None:
         o = self.options

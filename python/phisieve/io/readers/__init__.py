@@ -2,10 +2,10 @@
 
 Every reader streams its input in record batches, so memory stays bounded by the batch size
 however large the input is. Rows that cannot be used are not errors: they are returned (and
-written by :func:`~phisieve.corpus.ingest.ingest`) as :class:`Rejection` records that say
-where the row was and why it was dropped, never what it contained. Error messages name the
-file, row and column but never quote a value; a header row is quoted only when it looks like
-column names, since a file without one has note text where the names should be.
+written by the ``ingest`` stage, :func:`phisieve.api.ingest`) as :class:`Rejection` records
+that say where the row was and why it was dropped, never what it contained. Error messages
+name the file, row and column but never quote a value; a header row is quoted only when it
+looks like column names, since a file without one has note text where the names should be.
 
 Row numbers are 0-based: the data record's index within its file for ``mimic`` (the header and
 blank lines are not records), the line's index for ``jsonl``, the record's index for
