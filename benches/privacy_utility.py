@@ -73,7 +73,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from phisieve import api
-from phisieve.detect.run import write_spans
 from phisieve.io.annotated import read_physionet_gold
 from phisieve.io.dataset import dataset_files
 from phisieve.pipeline.runner import write_dataset
@@ -232,7 +231,7 @@ def prepare_data(
     its text."""
     docs_dir, gold_dir, terms_dir = work / "docs", work / "gold", work / "terms"
     gold = corpus_notes(work, corpus)
-    write_spans(gold, gold_dir, overwrite=True)
+    write_dataset(gold, gold_dir, overwrite=True, stage="detect")
     api.index(docs_dir, terms_dir, k=2, ngram=1, spans=gold_dir, policy_stats=False,
               overwrite=True)  # fmt: skip
     fractions = ",".join(f"{name}={share}" for name, share in SPLIT.items())
@@ -252,7 +251,7 @@ def prepare_data(
         out = work / f"docs-{name}"
         write_dataset(part, out, stage="split", overwrite=True)
         spans = gold.filter(pc.is_in(gold.column("doc_id"), value_set=part.column("doc_id")))
-        write_spans(spans, work / f"gold-{name}", overwrite=True)
+        write_dataset(spans, work / f"gold-{name}", overwrite=True, stage="detect")
         splits[name] = {
             "docs": out,
             "gold": work / f"gold-{name}",

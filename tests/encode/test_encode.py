@@ -13,9 +13,9 @@ import pytest
 
 from phisieve import InputError, normalize_word, read_terms
 from phisieve.api import encode
-from phisieve.detect.run import write_spans
 from phisieve.encode import ENCODED, load_tokenizer, read_encoding
 from phisieve.io.schema import SPANS
+from phisieve.pipeline.runner import write_dataset
 from tests import reference as ref
 
 
@@ -237,7 +237,9 @@ def test_bad_input_is_a_clear_error(minilm, tmp_path):
         encode(docs, tmp_path / "o", tokenizer=tmp_path / "nothing")
     with pytest.raises(InputError, match="not a complete phisieve dataset"):
         read_encoding(tmp_path)
-    write_spans(pa.table({"doc_id": ["d"], "spans": pa.array([[]], SPANS)}), tmp_path / "sp")
+    write_dataset(
+        pa.table({"doc_id": ["d"], "spans": pa.array([[]], SPANS)}), tmp_path / "sp", stage="detect"
+    )
     with pytest.raises(InputError, match="not an encoded dataset"):
         read_encoding(tmp_path / "sp")
 
