@@ -20,7 +20,7 @@ from phisieve.pipeline.execute import make_engine, run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 SETTINGS = [
-    "synth.patients=30", "canaries.n=10", "train_ppmlm.max-steps=4",
+    "synth.patients=20", "canaries.n=10", "train_ppmlm.max-steps=4",
     "train_reference.max-steps=4", "audit.n-boot=10", "audit.canary-samples=10",
     "audit.max-identifiers=50", "audit.utility-words=20", "audit.name-slots=5",
     "audit.name-candidates=50",
@@ -224,6 +224,16 @@ def synth_docs(tmp_path_factory) -> Path:
     return docs
 
 
+@pytest.fixture(scope="module")
+def few_docs(tmp_path_factory) -> Path:
+    """Fewer patients, for the fragments (each engine parses every note with spaCy)."""
+    import phisieve
+
+    docs = tmp_path_factory.mktemp("synth") / "docs"
+    phisieve.synth(docs, patients=15, seed=3)
+    return docs
+
+
 def _patients_in(piece) -> dict[str, object]:
     from phisieve.io.sources import open_source
 
@@ -282,7 +292,6 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
     assert [g["rows"] for g in blocks] == [[]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["identifying", "patient", "corpus"])
 def test_the_index_on_ray_is_the_one_pass_index(tmp_path, sort_shuffle, synth_docs, scope):
     """The index's reduce on Ray (pieces by patient, merged) writes the local index's bytes,
@@ -311,7 +320,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, sort_shuffle, synth_do
 
 
 @pytest.mark.slow
-def test_fragments_on_ray_are_the_local_fragments(tmp_path, sort_shuffle, synth_docs):
+def test_fragments_on_ray_are_the_local_fragments(tmp_path, sort_shuffle, few_docs):
     """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
     Ray's pieces give the local engine's examples, byte for byte."""
     from phisieve.detect.stage import DetectStage
@@ -319,12 +328,12 @@ def test_fragments_on_ray_are_the_local_fragments(tmp_path, sort_shuffle, synth_
     from phisieve.pipeline.runner import run_stage
 
     spans = tmp_path / "spans"
-    run_stage(DetectStage(recognizers="rules"), {"docs": synth_docs}, spans)
+    run_stage(DetectStage(recognizers="rules"), {"docs": few_docs}, spans)
     prints = []
     for engine in (LocalEngine(), make_engine("ray", workers=2)):
         m = run_stage(
             FragmentStage(k=2),
-            {"docs": synth_docs, "spans": spans},
+            {"docs": few_docs, "spans": spans},
             tmp_path / f"frags-{engine.name}",
             engine=engine,
         )
