@@ -251,7 +251,7 @@ def test_verdict_checks_a_dp_claim():
 @pytest.fixture(scope="module")
 def parts(physionet_docs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("audit") / "splits"
-    api.split(physionet_docs, out, fractions="members=0.3,reference=0.4,heldout=0.3")
+    api.split(physionet_docs, out, fractions="members=0.15,reference=0.7,heldout=0.15")
     return out
 
 
@@ -301,7 +301,7 @@ def test_audit_of_a_masked_lm_end_to_end(bert_setup, parts, physionet_spans, min
     p = d["membership"]["patient"]["loss"]
     assert p["members"] == d["data"]["members"]["patients"]
     assert p["non_members"] == d["data"]["non_members"]["patients"]
-    # With ~25 held-out patients, 1% and 0.1% FPR are not estimable: said, not guessed.
+    # With 12 held-out patients, 1% and 0.1% FPR are not estimable: said, not guessed.
     assert [t["estimable"] for t in p["tpr_at_fpr"]] == [False, False]
     assert all(t["tpr"] is None for t in p["tpr_at_fpr"])
     assert d["inversion"]["slots"] > 0 and set(d["inversion"]["model"]) == {
@@ -353,7 +353,6 @@ def test_audit_cli_and_compare_open_in_chromium(bert_setup, minilm, tmp_path, ca
     browser_check(tmp_path / "cmp" / "index.html", min_images=2)
 
 
-@pytest.mark.slow
 def test_audit_of_a_causal_lm(parts, physionet_terms, physionet_spans, bpe_tokenizer, tmp_path):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 

@@ -172,7 +172,7 @@ def audit_of(w: Path, model: str) -> dict:
 def test_one_run_bound_sees_memorised_canaries_and_stays_under_a_dp_models_epsilon(canary_run):
     w = canary_run
     phisieve("train", str(w / "enc_m"), "--model", str(w / "init"), "--objective", "mlm",
-             "--max-steps", "800", "--batch-size", "16", "--learning-rate", "3e-3",
+             "--max-steps", "600", "--batch-size", "16", "--learning-rate", "3e-3",
              "--pad-to", "8", "--out", str(w / "plain"))  # fmt: skip
     plain = audit_of(w, "plain")
     one = plain["canaries"]["one_run"]

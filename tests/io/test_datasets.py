@@ -307,8 +307,9 @@ DRIVER = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
     d._step = step
     post = d.DatasetWriter.__post_init__
+    rows_per_part = int(os.environ["ROWS_PER_PART"])
     def small_parts(self):
-        self.rows_per_part = 2  # several part files, so a kill can fall between them
+        self.rows_per_part = rows_per_part  # several part files, so a kill can fall between them
         post(self)
     d.DatasetWriter.__post_init__ = small_parts
     from phisieve.cli import main
@@ -321,11 +322,15 @@ DRIVER = textwrap.dedent(
 )
 
 
-def run_killed(argv: list[object], kill_at: int, steps_file: Path, event: str = "") -> int:
+def run_killed(
+    argv: list[object], kill_at: int, steps_file: Path, event: str = "", rows_per_part: int = 2
+) -> int:
     """Run the CLI in a child process SIGKILLed before its ``kill_at``-th file-system step
-    (0: never), or before its first step named ``event``; its exit status."""
+    (0: never), or before its first step named ``event``, its datasets written in parts of
+    ``rows_per_part`` rows; its exit status."""
     env = {**os.environ, "KILL_AT": str(kill_at), "STEPS_FILE": str(steps_file)}
     env["KILL_EVENT"] = event
+    env["ROWS_PER_PART"] = str(rows_per_part)
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, *map(str, argv)], env=env, capture_output=True, timeout=300
     )
@@ -342,15 +347,23 @@ def test_a_killed_rerun_never_leaves_a_folder_the_next_stage_accepts_short(
     w = tmp_path / "w"
     shutil.copytree(outputs, w)
     argv = [*stage_commands(w, minilm)[stage], "--overwrite"]
+    if stage == "detect":
+        # The rules alone: the default recognizers' dictionaries take each process ~10 s
+        # to load, and what is written (one row per document) goes through the same writer.
+        argv += ["--recognizers", "rules"]
     out = w / OUTPUTS[stage]
     full = read_manifest(out)["rows"]
+    # About eight parts: kills fall between them (more parts only repeat those steps: two
+    # rows a part made the merged terms a thousand parts, and each run 20 s or more).
+    rows_per_part = max(2, -(-full // 8))
     steps_file = tmp_path / "steps"
-    assert run_killed(argv, 0, steps_file) == 0
+    assert run_killed(argv, 0, steps_file, rows_per_part=rows_per_part) == 0
     steps = int(steps_file.read_text())
     assert steps >= 8  # parts, rejected rows, marker, four moves, two removals
     points = sorted({1, 2, steps // 2, *range(max(1, steps - 6), steps + 1)})
     for kill_at in points:
-        assert run_killed(argv, kill_at, steps_file) == -signal.SIGKILL, kill_at
+        code = run_killed(argv, kill_at, steps_file, rows_per_part=rows_per_part)
+        assert code == -signal.SIGKILL, kill_at
         # Killed before its marker: the previous output; killed while moving the new one
         # into place: the next command finishes the move. Complete either way.
         assert check_dataset(out)["rows"] == full, kill_at

@@ -265,8 +265,10 @@ KILL_IN_ENCODE = textwrap.dedent(
 )
 
 DEMO_SETTINGS = [
-    "synth.patients=30", "canaries.n=15", "train_ppmlm.max-steps=10",
-    "train_reference.max-steps=10", "audit.n-boot=50",
+    "synth.patients=20", "canaries.n=10", "train_ppmlm.max-steps=4",
+    "train_reference.max-steps=4", "audit.n-boot=10", "audit.canary-samples=10",
+    "audit.max-identifiers=50", "audit.utility-words=20", "audit.name-slots=5",
+    "audit.name-candidates=50",
 ]  # fmt: skip
 
 

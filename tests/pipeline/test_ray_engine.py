@@ -20,9 +20,10 @@ from phisieve.pipeline.execute import make_engine, run_pipeline
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 SETTINGS = [
-    "synth.patients=30", "canaries.n=10", "train_ppmlm.max-steps=4",
-    "train_reference.max-steps=4", "audit.n-boot=20", "audit.canary-samples=20",
-    "audit.max-identifiers=200", "audit.utility-words=100",
+    "synth.patients=20", "canaries.n=10", "train_ppmlm.max-steps=4",
+    "train_reference.max-steps=4", "audit.n-boot=10", "audit.canary-samples=10",
+    "audit.max-identifiers=50", "audit.utility-words=20", "audit.name-slots=5",
+    "audit.name-candidates=50",
 ]  # fmt: skip
 DATA_STAGES = ["encode_members", "encode_reference", "encode_heldout"]
 
@@ -38,6 +39,21 @@ def ray_local():
     yield
     if started:
         ray.shutdown()
+
+
+@pytest.fixture
+def sort_shuffle(ray_local):
+    """Ray Data's sort-based shuffle (tasks) for the grouped stages and reduce steps: its
+    default one starts aggregator actors for every shuffle, about 17 s each on 2 CPUs
+    however small the data. The output does not depend on it; the tests without this
+    fixture keep the default."""
+    import ray
+
+    ctx = ray.data.DataContext.get_current()
+    default = ctx.shuffle_strategy
+    ctx.shuffle_strategy = "sort_shuffle_pull_based"
+    yield
+    ctx.shuffle_strategy = default
 
 
 def _run(work: Path, engine, stop: list[str] | None = None, key: Path | None = None) -> None:
@@ -82,7 +98,7 @@ def _diff(a: dict, b: dict) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch, ray_local):
+def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch, sort_shuffle):
     """The bar: `examples/pipeline.toml` with the local engine and with Ray (2 CPUs, 1, 2
     and 4 workers) writes every stage's output with the same bytes, the same fingerprint
     and the same stats."""
@@ -207,6 +223,16 @@ def synth_docs(tmp_path_factory) -> Path:
     return docs
 
 
+@pytest.fixture(scope="module")
+def few_docs(tmp_path_factory) -> Path:
+    """Fewer patients, for the fragments (each engine parses every note with spaCy)."""
+    import phisieve
+
+    docs = tmp_path_factory.mktemp("synth") / "docs"
+    phisieve.synth(docs, patients=15, seed=3)
+    return docs
+
+
 def _patients_in(piece) -> dict[str, object]:
     from phisieve.io.sources import open_source
 
@@ -266,9 +292,8 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
     assert [g["rows"] for g in blocks] == [[]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["identifying", "patient", "corpus"])
-def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs, scope):
+def test_the_index_on_ray_is_the_one_pass_index(tmp_path, sort_shuffle, synth_docs, scope):
     """The index's reduce on Ray (pieces by patient, merged) writes the local index's bytes,
     stats.json and blacklist.txt included, for bigrams counted in passes under a memory
     budget and every direct scope; only how it was counted (the manifest's ``execution``)
@@ -295,7 +320,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs,
 
 
 @pytest.mark.slow
-def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, synth_docs):
+def test_fragments_on_ray_are_the_local_fragments(tmp_path, sort_shuffle, few_docs):
     """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
     Ray's pieces give the local engine's examples, byte for byte."""
     from phisieve.detect.stage import DetectStage
@@ -303,12 +328,12 @@ def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, synth_doc
     from phisieve.pipeline.runner import run_stage
 
     spans = tmp_path / "spans"
-    run_stage(DetectStage(recognizers="rules"), {"docs": synth_docs}, spans)
+    run_stage(DetectStage(recognizers="rules"), {"docs": few_docs}, spans)
     prints = []
     for engine in (LocalEngine(), make_engine("ray", workers=2)):
         m = run_stage(
             FragmentStage(k=2),
-            {"docs": synth_docs, "spans": spans},
+            {"docs": few_docs, "spans": spans},
             tmp_path / f"frags-{engine.name}",
             engine=engine,
         )
