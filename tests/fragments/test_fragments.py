@@ -242,7 +242,7 @@ def test_filtered_physionet_fragments_hold_no_protected_word(
     """The bar: with --terms and --spans, no fragment holds an indirect identifier or a word
     found inside a detected span, and none overlaps a span in its note."""
     from phisieve.fragments.stage import FragmentStage
-    from phisieve.io.sources import write_dataset
+    from phisieve.pipeline.runner import write_dataset
     from phisieve.protection.scope import DocSpans
     from phisieve.term_index.build import read_terms
     from phisieve.text.words import tokenize
