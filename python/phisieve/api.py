@@ -75,8 +75,10 @@ def __dir__() -> list[str]:
 def make(stage: type[Stage]) -> Callable[..., dict[str, Any]]:
     """The API function of ``stage``: it binds its arguments against its signature
     (:func:`signature`), makes the stage with those options and runs it."""
+    from .pipeline.options import params
+
     sig = signature(stage)
-    options = list(_fields(stage))
+    options = [p.attr for p in params(stage.Options)]
     run = [r[0] for r in RUN]
     name = stage.name.replace("-", "_")
 
@@ -100,13 +102,6 @@ def make(stage: type[Stage]) -> Callable[..., dict[str, Any]]:
     return fn
 
 
-def _fields(stage: type[Stage]) -> dict[str, Any]:
-    """The options dataclass's fields by name."""
-    import dataclasses
-
-    return {f.name: f for f in dataclasses.fields(stage.Options)}
-
-
 def signature(stage: type[Stage]) -> inspect.Signature:
     """The signature of ``stage``'s function: its positional inputs, ``out``, then keyword
     only its other inputs (default ``None``), its options (their defaults and types) and the
@@ -116,6 +111,7 @@ def signature(stage: type[Stage]) -> inspect.Signature:
     import typing
 
     from .pipeline.engine import Engine
+    from .pipeline.options import params as options
 
     P = inspect.Parameter
     hints = typing.get_type_hints(stage.Options)
@@ -125,8 +121,8 @@ def signature(stage: type[Stage]) -> inspect.Signature:
     params.append(P("out", P.POSITIONAL_OR_KEYWORD, annotation=str | os.PathLike[str]))
     params += [P(p.attr, P.KEYWORD_ONLY, default=None, annotation=_input_type(p)) for p in rest]
     params += [
-        P(name, P.KEYWORD_ONLY, default=f.default, annotation=hints[name])
-        for name, f in _fields(stage).items()
+        P(o.attr, P.KEYWORD_ONLY, default=o.default, annotation=hints[o.attr])
+        for o in options(stage.Options)
     ]
     types = {"overwrite": bool, "progress": bool, "resume": bool, "engine": Engine | None}
     params += [P(name, P.KEYWORD_ONLY, default=d, annotation=types[name]) for name, d, *_ in RUN]
