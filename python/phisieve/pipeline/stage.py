@@ -292,10 +292,15 @@ class RowsStage(Stage):
     """Rows per part file of a dataset output."""
     main: ClassVar[str | None] = None
     """The dataset input a :class:`MapStage` streams (``None``: none)."""
-    distributed: ClassVar[bool] = False
-    """Whether an engine may run the batch function on a cluster (:class:`MapStage`)."""
     two_pass: ClassVar[bool] = False
-    """Whether the rows are read once more before they are written (:class:`MapStage`)."""
+    """The rows the batch function makes are read once more before they are written:
+    :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
+    numbers its sequences corpus-wide once every patient's sequences are counted)."""
+    distributed: ClassVar[bool] = False
+    """The batch function can run on a cluster (:mod:`phisieve.pipeline.ray_engine`): its
+    output for a batch depends on that batch alone (and, for a :attr:`grouped` stage, on
+    the patient's earlier rows), it counts in its :class:`Stats` or hands what it kept in
+    the state over through :meth:`gather`, and its output rows follow its input rows."""
 
     def schema(self, ctx: Context, state: Any) -> pa.Schema:
         """The schema of the dataset output."""
@@ -321,15 +326,6 @@ class MapStage(RowsStage):
 
     columns: ClassVar[tuple[str, ...] | None] = None
     """The columns of ``main`` that :meth:`map` reads (``None``: all)."""
-    two_pass: ClassVar[bool] = False
-    """The rows the batch function makes are read once more before they are written:
-    :meth:`settle` reads them all, then :meth:`finalize` changes each batch (``encode``
-    numbers its sequences corpus-wide once every patient's sequences are counted)."""
-    distributed: ClassVar[bool] = False
-    """The batch function can run on a cluster (:mod:`phisieve.pipeline.ray_engine`): its
-    output for a batch depends on that batch alone (and, for a :attr:`grouped` stage, on
-    the patient's earlier rows), it counts in its :class:`Stats` or hands what it kept in
-    the state over through :meth:`gather`, and its output rows follow its input rows."""
     grouped: ClassVar[bool] = False
     """The batch function needs each patient's rows together and in order (``encode`` packs
     a patient's documents into sequences): an engine that partitions the corpus keeps a
