@@ -17,7 +17,7 @@ from phisieve.catalog import STAGES
 from phisieve.pipeline.options import params
 from phisieve.pipeline.runner import run_stage
 
-RUN = {"overwrite": False, "progress": False, "resume": False, "engine": None}
+RUN = {"overwrite": False, "progress": False, "resume": False, "engine": None, "workers": 1}
 
 
 def fn_name(stage: str) -> str:

@@ -3,8 +3,8 @@
 ``phisieve.api.NAME`` runs the stage ``NAME`` (``-`` written ``_``: ``detect_train``,
 ``init_model``...) as its command does: its positional inputs, then ``out``, then, by
 keyword only, its other inputs, every option of its options dataclass with its default, and
-``overwrite``, ``progress``, ``resume`` and ``engine`` (:func:`phisieve.pipeline.runner.
-run_stage`). It returns the output's manifest::
+``overwrite``, ``progress``, ``resume``, ``engine`` and ``workers``
+(:func:`phisieve.pipeline.runner.run_stage`). It returns the output's manifest::
 
     from phisieve import api
 
@@ -51,6 +51,14 @@ RUN: tuple[tuple[str, Any, str], ...] = (
         None,
         "Where the batch function runs (:mod:`phisieve.pipeline.engine`; default: this "
         "process). The output is the same whatever the engine.",
+    ),
+    (
+        "workers",
+        1,
+        "Without ``engine``: worker processes of this machine that run the batch function "
+        "and the reduce steps (1: all in this process; the command line's default is every "
+        "CPU). The output is the same whatever the number. A script that asks for more than "
+        "one must guard its entry point with ``if __name__ == '__main__':``.",
     ),
 )
 """The keywords of every function that are the runner's, not the stage's: name, default and
@@ -124,7 +132,13 @@ def signature(stage: type[Stage]) -> inspect.Signature:
         P(o.attr, P.KEYWORD_ONLY, default=o.default, annotation=hints[o.attr])
         for o in options(stage.Options)
     ]
-    types = {"overwrite": bool, "progress": bool, "resume": bool, "engine": Engine | None}
+    types = {
+        "overwrite": bool,
+        "progress": bool,
+        "resume": bool,
+        "engine": Engine | None,
+        "workers": int,
+    }
     params += [P(name, P.KEYWORD_ONLY, default=d, annotation=types[name]) for name, d, *_ in RUN]
     names = [p.name for p in params]
     if clash := sorted({n for n in names if names.count(n) > 1}):  # pragma: no cover

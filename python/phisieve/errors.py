@@ -6,6 +6,18 @@ from __future__ import annotations
 class PhisieveError(Exception):
     """Base class of every error phisieve raises on purpose."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Sent back from a worker process as it is: its message and attributes, whatever
+        # its constructor's parameters.
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[PhisieveError], args: tuple[object, ...], state: dict) -> PhisieveError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class InputError(PhisieveError, ValueError):
     """Bad input: a missing column, an unknown format, a file that cannot be read.

@@ -196,10 +196,10 @@ def test_the_output_does_not_depend_on_processes_or_batch_sizes(tmp_path, synth_
 
     outs = []
     for workers, rows in ((1, 1024), (2, 7)):
-        stage = FragmentStage(workers=workers, k=2, seed=1)
+        stage = FragmentStage(k=2, seed=1)
         stage.batch_rows = rows
         out = tmp_path / f"frags-{workers}-{rows}"
-        m = run_stage(stage, {"docs": synth_docs}, out)
+        m = run_stage(stage, {"docs": synth_docs}, out, workers=workers)
         outs.append((m["fingerprint"], _read(out)))
     assert outs[0][0] == outs[1][0]
     examples = outs[0][1]

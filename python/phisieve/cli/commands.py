@@ -2,7 +2,8 @@
 
 A stage's inputs become the command's arguments (``DOCS``) and options (``--terms``), its
 options dataclass the remaining options (:mod:`phisieve.pipeline.options`: the same names a
-pipeline file uses), and every command takes ``--out``, ``--overwrite`` and ``--quiet``. The
+pipeline file uses), and every command takes ``--out``, ``--overwrite``, ``--quiet`` and
+``--workers``. The
 command builds the stage, runs it through the runner and prints the stage's summary of the
 committed output (:mod:`phisieve.cli.render`).
 """
@@ -30,8 +31,8 @@ def _param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -
 
 def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.Parameter]:
     """The command-line parameters of ``cls``: inputs, ``--out``, options, ``--overwrite``,
-    ``--quiet``. ``loose``: no input or ``--out`` is required on the command line (the
-    command checks them itself, e.g. ``audit`` without ``--compare``)."""
+    ``--quiet``, ``--workers``. ``loose``: no input or ``--out`` is required on the command
+    line (the command checks them itself, e.g. ``audit`` without ``--compare``)."""
     out: list[inspect.Parameter] = []
     for port in cls.inputs:
         kind: Any = list[Path] if port.many else Path
@@ -76,7 +77,34 @@ def stage_parameters(cls: type[Stage], *, loose: bool = False) -> list[inspect.P
     )
     quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
     out.append(_param("quiet", quiet, False))
+    out.append(_param("workers", WORKERS, None))
     return out
+
+
+WORKERS = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        "-w",
+        help="Worker processes on this machine (default: the CPUs this process may use; 1: "
+        "everything in this process). The output is the same files whatever the number.",
+        show_default=False,
+    ),
+]
+"""The ``--workers`` option of every stage's command and of ``phisieve run``."""
+
+
+def workers_or_default(workers: int | None) -> int:
+    """``--workers``, checked, or the CPUs this process may use."""
+    from ..errors import ConfigError
+
+    if workers is None:
+        from ..pipeline.pool import available_cpus
+
+        return available_cpus()
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, not {workers}")
+    return workers
 
 
 def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -90,8 +118,11 @@ def run_command(cls: type[Stage], kwargs: dict[str, Any], **extra: Any) -> dict[
     out = kwargs.pop("out")
     overwrite = kwargs.pop("overwrite")
     quiet = kwargs.pop("quiet")
+    workers = workers_or_default(kwargs.pop("workers", None))
     stage = cls(cls.Options(**kwargs), **extra)
-    manifest = run_stage(stage, inputs, out, overwrite=overwrite, progress=not quiet)
+    manifest = run_stage(
+        stage, inputs, out, overwrite=overwrite, progress=not quiet, workers=workers
+    )
     out_console = Console()
     for line in render(cls, manifest, Path(out)):
         out_console.print(line, soft_wrap=True)

@@ -13,8 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import load_pipeline
-from ..errors import ConfigError
 from ..pipeline.engine import Engine
+from .commands import workers_or_default
 
 if TYPE_CHECKING:
     from ..pipeline.config import Pipeline
@@ -148,7 +148,15 @@ def run(
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(help="With --engine ray: parallel batch functions (default: the CPUs)."),
+        typer.Option(
+            "--workers",
+            "-w",
+            help="Worker processes: with --engine local those of this machine (default: the "
+            "CPUs this process may use; 1: all in this process), with --engine ray the "
+            "parallel batch functions (default: the cluster's CPUs). The outputs are the same "
+            "files whatever the number.",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Run a pipeline file: its stages in the order their inputs need, skipping those whose
@@ -157,10 +165,10 @@ def run(
     if dry_run:
         execute(pipeline, start, stop, dry_run, overwrite, quiet)
         return
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers must be at least 1, not {workers}")
     from ..pipeline.execute import make_engine
 
+    if engine != "ray" or workers is not None:
+        workers = workers_or_default(workers)
     runner = make_engine(engine, address=address, workers=workers)
     try:
         execute(pipeline, start, stop, dry_run, overwrite, quiet, runner)

@@ -144,7 +144,6 @@ class DetectOptions:
     )
     presidio_model: str | None = option(None, "spaCy model of the presidio recognizer (installed).")
     stanza_model: str | None = option(None, STANZA_HELP)
-    workers: int = option(1, "spaCy processes for presidio.", decides=False)
 
 
 class DetectStage(MapStage):
@@ -204,7 +203,6 @@ class DetectStage(MapStage):
             min_score=parse_thresholds(o.min_score),
             presidio_model=o.presidio_model,
             stanza=stanza_options(o.stanza_model),
-            workers=o.workers,
             pieces=partial(ctx.pieces, "docs"),
             ctx=ctx,
         )

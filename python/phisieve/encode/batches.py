@@ -361,14 +361,14 @@ class Encoder:
         counts, self.stats = self.stats, dict.fromkeys(self.stats, 0)
         return counts
 
-    def fork(self) -> Encoder:
+    def fork(self, row: int = 0) -> Encoder:
         """A fresh encoder with the same tokenizer, terms and spans, that has seen no
-        document (for one partition of the corpus)."""
+        document (for one partition of the corpus, whose first row is ``row``)."""
         new = copy.copy(self)
         new.packer = self.packer.fresh()
         new._held, new._held_patient = [], None
         new.stats = dict.fromkeys(self.stats, 0)
-        new.last_patient, new.finished, new.row = None, set(), 0
+        new.last_patient, new.finished, new.row = None, set(), row
         new._seq_patient, new._seq_next = None, 0
         return new
 

@@ -204,8 +204,8 @@ class EncodeStage(MapStage):
     def group_columns(self) -> tuple[str, str]:
         return (self.options.patient_col, "patient_id")
 
-    def fork(self, state: _Prepared) -> _Prepared:
-        return replace(state, encoder=state.encoder.fork())
+    def fork(self, state: _Prepared, row: int = 0) -> _Prepared:
+        return replace(state, encoder=state.encoder.fork(row))
 
     def map(self, batch: pa.RecordBatch, state: _Prepared, stats: Stats) -> Any:
         out = state.encoder(batch)

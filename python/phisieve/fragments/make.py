@@ -48,7 +48,7 @@ def examples(ctx: Context, o: Any) -> Made:
     options: dict[str, Any] = (
         {"model": o.spacy_model} if o.parser == "spacy" else {"model_dir": o.stanza_dir}
     )
-    chunker = make_chunker(o.parser, processes=o.workers, **options)
+    chunker = make_chunker(o.parser, **options)
     cutter = Cutter(
         chunker,
         normalize,

@@ -46,7 +46,6 @@ class FragmentOptions:
     )
     spacy_model: str = option(SPACY_MODEL, "The spaCy package or folder (--parser spacy).")
     stanza_dir: str | None = option(None, "Stanza's resources folder (--parser stanza).")
-    workers: int = option(1, "Parser processes (the output never depends on them).", decides=False)
 
 
 class FragmentStage(RowsStage):
@@ -104,8 +103,6 @@ class FragmentStage(RowsStage):
             raise ConfigError(f"unknown parser {o.parser!r}: use one of {', '.join(PARSERS)}")
         if o.k < 0:
             raise ConfigError(f"k must be 0 (off) or more, got {o.k}")
-        if o.workers < 1:
-            raise ConfigError(f"workers must be at least 1, got {o.workers}")
 
     def schema(self, ctx: Context, state: Any) -> pa.Schema:
         return make.FRAGMENTS

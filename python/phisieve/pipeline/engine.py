@@ -6,7 +6,9 @@ the dataset contract (fixed-size parts, in the order the engine yields the rows)
 it. An engine only yields the stage's output batches, in a deterministic order:
 
 * :class:`LocalEngine`: the stage's own :meth:`~phisieve.pipeline.stage.Stage.batches`, in
-  this process.
+  this process; with ``workers`` above 1, a map stage's batch function and the reduce steps
+  in that many worker processes of this machine (:mod:`phisieve.pipeline.pool`), the rows
+  in the same order.
 * :class:`~phisieve.pipeline.ray_engine.RayEngine` (``--engine ray``): the batch function on
   a Ray cluster (``pip install 'phisieve[ray]'``), with the rows in the same order, so the
   outputs are the same files.
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from ..errors import ConfigError
 
 __all__ = ["Engine", "LocalEngine"]
 
@@ -64,11 +68,45 @@ class Engine:
 
 
 class LocalEngine(Engine):
-    """The stage's own batches, in this process."""
+    """The stage's own batches, in this process, or in worker processes of this machine.
+
+    Parameters
+    ----------
+    workers
+        Worker processes for a map stage's batch function and for the reduce steps
+        (:mod:`phisieve.pipeline.pool`); 1 (the default) runs everything in this process,
+        and so does an input of one batch, which gains nothing from workers. The output is
+        the same files whatever the number.
+    """
 
     name = "local"
 
+    def __init__(self, workers: int = 1) -> None:
+        if workers < 1:
+            raise ConfigError(f"workers must be at least 1, not {workers}")
+        self.workers = workers
+        self._pool: Any = None
+
+    def pool(self) -> Any:
+        """The worker processes (:class:`~phisieve.pipeline.pool.Workers`), made on first
+        use."""
+        if self._pool is None:
+            from .pool import Workers
+
+            self._pool = Workers(self.workers)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.name, "workers": self.workers}
+
     def batches(self, stage: Any, ctx: Any, state: Any) -> Iterator[Any]:
+        if self.workers > 1 and _pooled(stage, ctx) and _several(ctx.source(stage.main), stage):
+            return self.pool().map(stage, ctx, state)
         return stage.batches(ctx, state)
 
     def scan(
@@ -81,8 +119,30 @@ class LocalEngine(Engine):
         by: str | None = None,
         label: str | None = None,
     ) -> list[Any]:
-        """One piece: the whole input, streamed (see :meth:`Engine.scan`)."""
+        """One piece, the whole input streamed here; with workers and a dataset on disk of
+        more than one batch, one piece per worker (see :meth:`Engine.scan`)."""
         src = ctx.source(name)
+        if self.workers > 1 and src.path is not None and _several(src, ctx.stage):
+            return self.pool().scan(ctx, src, fn, by, label or name)
         if label is not None:
             src = ctx.counted(src, label, ctx.stage.unit)
         return [fn(src)]
+
+
+def _pooled(stage: Any, ctx: Any) -> bool:
+    """Whether the worker processes run ``stage``'s batch function: a distributed map stage
+    whose main input was given."""
+    from .stage import MapStage
+
+    return (
+        isinstance(stage, MapStage)
+        and stage.distributed
+        and stage.main is not None
+        and ctx.values.get(stage.main) is not None
+    )
+
+
+def _several(src: Any, stage: Any) -> bool:
+    """Whether ``src`` holds more than one of ``stage``'s batches (or an unknown number):
+    one batch runs in this process, where it needs no worker to start."""
+    return src.num_rows is None or src.num_rows > stage.batch_rows

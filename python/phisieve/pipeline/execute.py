@@ -174,8 +174,9 @@ def make_engine(
         For ``ray``: the cluster to join (``auto``, ``ray://HOST:10001``); without it a
         local Ray instance is started with this machine's CPUs (or ``workers``).
     workers
-        For ``ray``: how many partitions and parallel batch functions (default: the
-        cluster's CPUs).
+        For ``local``: worker processes of this machine (default 1: this process; see
+        :class:`~phisieve.pipeline.engine.LocalEngine`). For ``ray``: how many partitions
+        and parallel batch functions (default: the cluster's CPUs).
     object_store_memory
         For a local Ray instance: the object store's bytes (default: bounded, see
         :func:`phisieve.pipeline.ray_engine.connect`).
@@ -183,7 +184,7 @@ def make_engine(
     if name == "local":
         if address is not None:
             raise ConfigError("--address is for --engine ray")
-        return LocalEngine()
+        return LocalEngine(workers or 1)
     if name == "ray":
         try:
             from .ray_engine import RayEngine

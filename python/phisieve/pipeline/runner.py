@@ -157,6 +157,7 @@ def run_stage(
     progress: bool = False,
     resume: bool = False,
     engine: Engine | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run ``stage`` on ``inputs`` (by input name) into ``out``; return the manifest.
 
@@ -180,6 +181,10 @@ def run_stage(
     engine
         Where the batch function runs (:mod:`phisieve.pipeline.engine`; default: here).
         The output is the same whatever the engine.
+    workers
+        Without ``engine``: worker processes of the local engine (:class:`~phisieve.
+        pipeline.engine.LocalEngine`; 1: all in this process). The output is the same
+        whatever the number.
 
     Returns
     -------
@@ -189,7 +194,24 @@ def run_stage(
     """
     if out is None:
         raise ConfigError(f"{stage.name} needs --out")
-    out = Path(out)
+    if engine is not None:
+        return _run(stage, inputs, Path(out), overwrite, progress, resume, engine)
+    made = LocalEngine(workers)
+    try:
+        return _run(stage, inputs, Path(out), overwrite, progress, resume, made)
+    finally:
+        made.close()
+
+
+def _run(
+    stage: Stage,
+    inputs: dict[str, Any] | None,
+    out: Path,
+    overwrite: bool,
+    progress: bool,
+    resume: bool,
+    engine: Engine,
+) -> dict[str, Any]:
     values, ids = _resolve(stage, dict(inputs or {}))
     kind = stage.output_kind()
     if resume:
@@ -202,7 +224,6 @@ def run_stage(
         _check_folder_of_datasets(out, parts)
     for target in targets:
         check_output(target, overwrite, ids, kind=kind if kind == FILE else DATASET)
-    engine = engine or LocalEngine()
     ctx = Context(stage, values, ids, out, progress, Stats(), engine=engine)
     for port in stage.inputs:
         value = values[port.name]

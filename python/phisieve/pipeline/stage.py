@@ -354,9 +354,10 @@ class MapStage(RowsStage):
         output."""
         return ("patient_id", "patient_id")
 
-    def fork(self, state: Any) -> Any:
+    def fork(self, state: Any, row: int = 0) -> Any:
         """For a :attr:`grouped` stage: a fresh copy of the batch function's state, for one
-        partition of patients (what :meth:`flush` finishes)."""
+        partition of patients (what :meth:`flush` finishes) whose first row is ``row`` of
+        the main input (what its errors name)."""
         return state
 
     def gather(self, state: Any) -> Any:

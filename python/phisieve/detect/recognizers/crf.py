@@ -395,6 +395,17 @@ class CrfRecognizer:
         self._finder = load_tagger(self.folder / FINDER_FILE)
         self._labels = list(self._tagger.labels)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The Rust taggers do not pickle: a worker process loads them again from the folder.
+        state = dict(self.__dict__)
+        state["_tagger"] = state["_finder"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tagger = load_tagger(self.folder / MODEL_FILE)
+        self._finder = load_tagger(self.folder / FINDER_FILE)
+
     def tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
         """Tag the words of notes (:func:`token_table`), given the other recognizers'
         merged ``spans``. The notes are tagged in runs of about :data:`CHUNK_WORDS` words,
