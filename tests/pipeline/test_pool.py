@@ -22,7 +22,7 @@ from phisieve.pipeline import pool
 from phisieve.pipeline.engine import LocalEngine
 from phisieve.pipeline.options import option
 from phisieve.pipeline.runner import run_stage
-from phisieve.pipeline.stage import Input, MapStage
+from phisieve.pipeline.stage import Input, MapStage, RowsStage
 from phisieve.pipeline.stats import Stats
 
 from .test_ray_engine import DATA_STAGES, _diff, _outputs, _run
@@ -278,3 +278,49 @@ def test_the_manifest_does_not_depend_on_the_workers(tmp_path):
     assert {k: one.get(k) for k in keep} == {k: two.get(k) for k in keep}
     meta = json.loads((tmp_path / "b.meta" / "manifest.json").read_text())
     assert "workers" not in meta.get("settings", {})
+
+
+def _xs(piece) -> list[int]:
+    from phisieve.io.sources import open_source
+
+    return [v for b in open_source(piece).batches(["x"]) for v in b.column("x").to_pylist()]
+
+
+class Ranges(RowsStage):
+    """A test stage: the values of rows 5 to 22 read by a reduce step, in pieces (and by a
+    hash of the value)."""
+
+    name = "ranges"
+    Options = DoublingOptions
+    inputs = (Input("docs", "Values.", positional=True),)
+    batch_rows = 4
+
+    def reduce(self, ctx):
+        plain = ctx.pieces("docs", _xs, ["x"], rows=(5, 23))
+        hashed = ctx.pieces("docs", _xs, ["x"], by="x", rows=(5, 23))
+        return plain, hashed
+
+    def schema(self, ctx, state):
+        return pa.schema([("pieces", pa.int64()), ("x", pa.int64()), ("hashed", pa.bool_())])
+
+    def batches(self, ctx, state):
+        for hashed, pieces in zip((False, True), state, strict=True):
+            xs = [x for piece in pieces for x in piece]
+            yield pa.record_batch(
+                [pa.array([len(pieces)] * len(xs)), pa.array(xs), pa.array([hashed] * len(xs))],
+                names=["pieces", "x", "hashed"],
+            )
+
+
+def test_a_reduce_step_over_some_rows_reads_those_rows_once(tmp_path):
+    docs = _values(tmp_path, 40)
+    for workers in (1, 2):
+        run_stage(Ranges(), {"docs": docs}, tmp_path / f"r{workers}", workers=workers)
+        t = pq.read_table(tmp_path / f"r{workers}")
+        for hashed in (False, True):
+            rows = t.filter(pa.compute.equal(t.column("hashed"), hashed))
+            xs = rows.column("x").to_pylist()
+            assert sorted(xs) == list(range(5, 23)), (workers, hashed)
+            if not hashed:
+                assert xs == list(range(5, 23))  # consecutive pieces, in order
+            assert set(rows.column("pieces").to_pylist()) == {workers}

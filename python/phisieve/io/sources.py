@@ -179,6 +179,25 @@ def _dataset_source(ds: pads.Dataset, batch_size: int, name: str) -> BatchSource
     return BatchSource(ds_batches, ds.schema, True, name, ds.count_rows())
 
 
+def row_range(src: BatchSource, first: int, end: int) -> BatchSource:
+    """The rows ``first <= row < end`` of ``src``, streamed (a view: it has no ``path``)."""
+    first = max(0, first)
+    end = max(first, end if src.num_rows is None else min(end, src.num_rows))
+
+    def batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        seen = 0
+        for batch in src.batches(columns):
+            lo, hi = max(first - seen, 0), min(end - seen, batch.num_rows)
+            seen += batch.num_rows
+            if lo < hi:
+                yield batch.slice(lo, hi - lo)
+            if seen >= end:
+                break
+
+    name = f"{src.name} rows {first}:{end}"
+    return BatchSource(batches, src.schema, src.reiterable, name, end - first)
+
+
 def require_columns(schema: pa.Schema, columns: Iterable[str], where: str) -> None:
     """Raise :class:`InputError` naming the first required column ``schema`` lacks."""
     for col in columns:

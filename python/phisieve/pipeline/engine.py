@@ -44,9 +44,11 @@ class Engine:
         *,
         by: str | None = None,
         label: str | None = None,
+        rows: tuple[int, int] | None = None,
     ) -> list[Any]:
-        """A reduce step: ``fn`` applied to pieces of the dataset input ``name`` that
-        together hold each of its rows once; the results, back in this process.
+        """A reduce step: ``fn`` applied to pieces of the dataset input ``name`` (with
+        ``rows``, only its rows ``first <= row < end``) that together hold each of its rows
+        once; the results, back in this process.
 
         A piece is a :class:`~phisieve.io.sources.BatchSource` or an Arrow table of
         ``columns`` (``fn`` reads it with :func:`~phisieve.io.sources.open_source`); with
@@ -118,12 +120,20 @@ class LocalEngine(Engine):
         *,
         by: str | None = None,
         label: str | None = None,
+        rows: tuple[int, int] | None = None,
     ) -> list[Any]:
         """One piece, the whole input streamed here; with workers and a dataset on disk of
         more than one batch, one piece per worker (see :meth:`Engine.scan`)."""
         src = ctx.source(name)
-        if self.workers > 1 and src.path is not None and _several(src, ctx.stage):
-            return self.pool().scan(ctx, src, fn, by, label or name)
+        if rows is not None:
+            from ..io.sources import row_range
+
+            part = row_range(src, *rows)
+        else:
+            part = src
+        if self.workers > 1 and src.path is not None and _several(part, ctx.stage):
+            return self.pool().scan(ctx, src, fn, by, label or name, rows)
+        src = part
         if label is not None:
             src = ctx.counted(src, label, ctx.stage.unit)
         return [fn(src)]

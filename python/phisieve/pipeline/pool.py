@@ -214,9 +214,16 @@ def bucket_mask(values: pa.Array, buckets: int, bucket: int) -> pa.Array:
     return pa.array(((keys % buckets) == bucket).to_numpy())
 
 
-def plan_pieces(src: BatchSource, pieces: int, by: str | None, batch_rows: int) -> list[Piece]:
-    """``src`` (a dataset on disk) cut into ``pieces`` of consecutive rows, or with ``by``
-    into ``pieces`` buckets by a hash of that column; read in batches of ``batch_rows``."""
+def plan_pieces(
+    src: BatchSource,
+    pieces: int,
+    by: str | None,
+    batch_rows: int,
+    rows: tuple[int, int] | None = None,
+) -> list[Piece]:
+    """``src`` (a dataset on disk; with ``rows``, only its rows ``first <= row < end``) cut
+    into ``pieces`` of consecutive rows, or with ``by`` into ``pieces`` buckets by a hash of
+    that column; read in batches of ``batch_rows``."""
     import pyarrow.parquet as pq
 
     from ..io.dataset import dataset_files
@@ -230,24 +237,35 @@ def plan_pieces(src: BatchSource, pieces: int, by: str | None, batch_rows: int) 
         groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
     schema = src.schema.serialize().to_pybytes()
     total = sum(n for *_, n in groups)
-    every = tuple((f, g, 0, n) for f, g, n in groups)
+    first, end = (0, total) if rows is None else (max(0, rows[0]), min(total, rows[1]))
     if by is not None:
+        every = _slices(groups, first, end)
         return [
             Piece(src.name, every, batch_rows, None, by, b, pieces, schema) for b in range(pieces)
         ]
-    bounds = [total * i // pieces for i in range(pieces + 1)]
+    count = max(0, end - first)
+    bounds = [first + count * i // pieces for i in range(pieces + 1)]
     out = []
     for lo, hi in itertools.pairwise(bounds):
         if hi <= lo and out:
             continue
-        slices, first = [], 0
-        for f, g, n in groups:
-            a, b = max(lo, first), min(hi, first + n)
-            if a < b:
-                slices.append((f, g, a - first, b - a))
-            first += n
-        out.append(Piece(src.name, tuple(slices), batch_rows, hi - lo, schema_bytes=schema))
+        slices = _slices(groups, lo, hi)
+        out.append(Piece(src.name, slices, batch_rows, hi - lo, schema_bytes=schema))
     return out
+
+
+def _slices(
+    groups: list[tuple[str, int, int]], lo: int, hi: int
+) -> tuple[tuple[str, int, int, int], ...]:
+    """The (file, row group, offset, rows) slices of the rows ``lo <= row < hi`` of row
+    groups (file, row group, rows) taken in order."""
+    slices, first = [], 0
+    for f, g, n in groups:
+        a, b = max(lo, first), min(hi, first + n)
+        if a < b:
+            slices.append((f, g, a - first, b - a))
+        first += n
+    return tuple(slices)
 
 
 # -- in the driver -------------------------------------------------------------------------
@@ -348,13 +366,22 @@ class Workers:
         stage.absorb(state, gathered)
 
     def scan(
-        self, ctx: Any, src: BatchSource, fn: Callable[[Any], Any], by: str | None, label: str
+        self,
+        ctx: Any,
+        src: BatchSource,
+        fn: Callable[[Any], Any],
+        by: str | None,
+        label: str,
+        rows: tuple[int, int] | None = None,
     ) -> list[Any]:
-        """``fn``'s results on ``n`` pieces of the dataset ``src`` (see the module)."""
-        pieces = plan_pieces(src, self.n, by, ctx.stage.batch_rows)
-        total = src.num_rows or 0
+        """``fn``'s results on ``n`` pieces of the dataset ``src`` (only its rows ``rows``
+        when given; see the module)."""
+        pieces = plan_pieces(src, self.n, by, ctx.stage.batch_rows, rows)
+        total = sum(p.rows or 0 for p in pieces) if by is None else src.num_rows or 0
+        if by is not None and rows is not None:
+            total = max(0, min(total, rows[1]) - max(0, rows[0]))
         results = []
-        with ctx.bar(label, src.num_rows, ctx.stage.unit) as advance:
+        with ctx.bar(label, total, ctx.stage.unit) as advance:
             calls = ((_scan_task, (fn, p)) for p in pieces)
             for i, result in enumerate(self.ordered(calls)):
                 results.append(result)

@@ -448,13 +448,14 @@ class RayEngine(Engine):
         *,
         by: str | None = None,
         label: str | None = None,
+        rows: tuple[int, int] | None = None,
     ) -> list[Any]:
         """``fn`` in Ray tasks on the input's blocks, or with ``by`` on partitions by a hash
-        of that column (an all-to-all step); one piece here for an input held in memory
-        (see :meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        of that column (an all-to-all step); one piece here for an input held in memory or
+        for some of its ``rows`` (see :meth:`phisieve.pipeline.engine.Engine.scan`)."""
         src = ctx.source(name)
-        if getattr(src, "path", None) is None:
-            return LocalEngine().scan(ctx, name, fn, columns, by=by, label=label)
+        if getattr(src, "path", None) is None or rows is not None:
+            return LocalEngine().scan(ctx, name, fn, columns, by=by, label=label, rows=rows)
         cols = None if columns is None else list(dict.fromkeys([*columns, *([by] if by else [])]))
         ds = self._dataset(src, cols, by)
         kwargs = {"fn": [ray.put(fn)]}
