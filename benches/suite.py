@@ -10,8 +10,8 @@ own, imports excluded from the time):
 * ``index``   ``phisieve index docs --k 2 --spans spans``
 * ``encode``  ``phisieve encode docs --tokenizer MiniLM --terms terms --spans spans``
 * ``mask``    one epoch of ``MaskedBatches`` (PPMLM, batches of 32, no workers)
-* ``fragment`` ``phisieve fragment docs --terms terms --spans spans --workers 2`` (spaCy),
-  only up to ``--fragment-max`` words (the parser runs at ~100 notes/s on 2 cores)
+* ``fragment`` ``phisieve fragment docs --terms terms --spans spans`` (spaCy), only up to
+  ``--fragment-max`` words
 
 and, at each size up to ``--anchor-max`` tokens, the anchors in the same run: the polars
 expression index (n = 1), the bare fast tokenizer's ``encode_batch`` on the same text,
@@ -23,19 +23,25 @@ It prints a table, the slope of log time against log size between the two larges
 at that slope (or linearly, when the slope is below 1), on this machine, and writes
 ``suite.json``, ``suite.md`` and ``suite.png`` (log-log) to ``--out``.
 
-Each stage's CPU time (its process and its worker processes, user + system) is recorded
-too. The projections to one core and to 16 cores scale the CPU time at the same slope; the
-16-core one assumes the work spreads over 16 workers with no loss (the map stages split by
-patient on the Ray engine, the index's threads split by word): an upper bound on the speed,
-not a measurement.
+Each stage runs with every count of ``--workers`` (the local engine's worker processes,
+``phisieve STAGE --workers W``); for each, its wall time, CPU time (its process and its
+worker processes, user + system) and peak RSS (the sum over its process and its workers,
+sampled every 50 ms, never below the process's own peak) are recorded. The parallel
+efficiency of W workers is ``t(1) / (W t(W))``. The projection to 16 cores uses what was
+measured, never CPU time / 16: the time with one worker at 1B words (from the largest size
+at its slope, never below linear), scaled by Amdahl's law with the serial share that the
+speed-up measured with the most workers implies (``1 / S(W) = f + (1 - f) / W``; a stage
+that gained nothing is all serial). It assumes the parallel part keeps scaling to 16
+workers, on a machine with the memory bandwidth for it.
 
-    make bench                                               # 1M and 10M words (laptop size)
-    python benches/suite.py --tokens 1M,10M,100M --stages ingest,detect,index,encode,mask
+    make bench                                       # 1M and 10M words, 1 and 2 workers
+    python benches/suite.py --tokens 1M,10M,100M --workers 1,2 --fragment-max 10M
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -146,26 +152,64 @@ def anchor_presidio(work: Path, sample: int = 100) -> dict:
     return {"notes": docs.num_rows, "sample_seconds": time.perf_counter() - t}
 
 
-def child(what: str, work: Path) -> None:
+class TreeMemory:
+    """The peak of the summed RSS of this process and its descendants (worker processes),
+    sampled every ``every`` seconds in a thread."""
+
+    def __init__(self, every: float = 0.05) -> None:
+        import threading
+
+        import psutil
+
+        self.me = psutil.Process()
+        self.peak = 0
+        self.every = every
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _total(self) -> int:
+        import psutil
+
+        total = 0
+        for p in [self.me, *self.me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):  # a worker that just ended
+                total += p.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every):
+            self.peak = max(self.peak, self._total())
+
+    def __enter__(self) -> TreeMemory:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def child(what: str, work: Path, workers: int = 1) -> None:
     import phisieve  # noqa: F401  imports are not timed
 
     tok = str(minilm())
+    w = ["--workers", str(workers)]
     commands = {
         "ingest": lambda: cli(["ingest", str(work / "notes.csv"), "--format", "mimic",
-                               "--out", str(work / "docs"), "--overwrite", "-q"]),
+                               "--out", str(work / "docs"), "--overwrite", "-q", *w]),
         "detect": lambda: cli(["detect", str(work / "docs"), "--out", str(work / "spans"),
-                               "--overwrite", "-q"]),
+                               "--overwrite", "-q", *w]),
         "index": lambda: cli(["index", str(work / "docs"), "--k", "2", "--spans",
                               str(work / "spans"), "--out", str(work / "terms"),
-                              "--overwrite", "-q"]),
+                              "--overwrite", "-q", *w]),
         "encode": lambda: cli(["encode", str(work / "docs"), "--tokenizer", tok, "--terms",
                                str(work / "terms"), "--spans", str(work / "spans"),
                                "--max-len", "512", "--out", str(work / "enc"),
-                               "--overwrite", "-q"]),
+                               "--overwrite", "-q", *w]),
         "mask": lambda: run_mask(work),
         "fragment": lambda: cli(["fragment", str(work / "docs"), "--terms", str(work / "terms"),
-                                 "--spans", str(work / "spans"), "--workers", "2",
-                                 "--out", str(work / "frags"), "--overwrite", "-q"]),
+                                 "--spans", str(work / "spans"), "--out", str(work / "frags"),
+                                 "--overwrite", "-q", *w]),
         "polars": lambda: anchor_polars(work),
         "tokenizer": lambda: anchor_tokenizer(work),
         "transformers": lambda: anchor_transformers(work),
@@ -178,20 +222,23 @@ def child(what: str, work: Path) -> None:
     r0, k0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu0 = r0.ru_utime + r0.ru_stime + k0.ru_utime + k0.ru_stime
     start = time.perf_counter()
-    out = commands[what]() or {}
+    with TreeMemory() as tree:
+        out = commands[what]() or {}
     out["seconds"] = time.perf_counter() - start
     own, kids = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
     )
-    out["peak_rss_mib"] = own.ru_maxrss / 1024
-    out["peak_rss_workers_mib"] = kids.ru_maxrss / 1024  # the largest worker process's
+    out["workers"] = workers
+    out["peak_rss_driver_mib"] = own.ru_maxrss / 1024
+    out["peak_rss_worker_mib"] = kids.ru_maxrss / 1024  # the largest worker process's
+    out["peak_rss_mib"] = max(tree.peak / 2**20, own.ru_maxrss / 1024)  # workers included
     out["cpu_seconds"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime - cpu0
     print(json.dumps(out))
 
 
-def measure(what: str, work: Path) -> dict:
-    cmd = [sys.executable, __file__, "--child", what, "--work", str(work)]
+def measure(what: str, work: Path, workers: int = 1) -> dict:
+    cmd = [sys.executable, __file__, "--child", what, "--work", str(work), "--w", str(workers)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{what} failed:\n{res.stderr[-3000:]}")
@@ -233,10 +280,18 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name, rows in results["stages"].items():
-        xs = [r["words"] for r in rows]
-        line = ax.plot(xs, [r["seconds"] for r in rows], "o-", label=name)[0]
-        bx.plot(xs, [r["peak_rss_mib"] for r in rows], "o-", label=name, color=line.get_color())
+    for name, every in results["stages"].items():
+        line = None
+        for w in sorted({r["workers"] for r in every}):
+            rows = [r for r in every if r["workers"] == w]
+            xs = [r["words"] for r in rows]
+            style = "o-" if w == 1 else "s:"
+            color = None if line is None else line.get_color()
+            label = f"{name} ({w} worker{'s' if w > 1 else ''})"
+            got = ax.plot(xs, [r["seconds"] for r in rows], style, label=label, color=color)[0]
+            line = line or got
+            bx.plot(xs, [r["peak_rss_mib"] for r in rows], style, label=label,
+                    color=line.get_color())  # fmt: skip
         anchor = results["anchors"].get(name)
         if anchor:
             ax.plot([r["words"] for r in anchor], [r["seconds"] for r in anchor], "x--",
@@ -257,9 +312,48 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+def efficiency(rows: list[dict], words: int, workers: int) -> float | None:
+    """``t(1) / (W t(W))`` at ``words`` (``None`` when one of them was not run)."""
+    one = next((r for r in rows if r["words"] == words and r["workers"] == 1), None)
+    many = next((r for r in rows if r["words"] == words and r["workers"] == workers), None)
+    if one is None or many is None:
+        return None
+    return one["seconds"] / (workers * many["seconds"])
+
+
+def project(rows: list[dict], workers: list[int]) -> dict[str, float | None]:
+    """1B words with one worker here (from the largest size at its slope, never below
+    linear), on 16 cores from the measured efficiency of the most workers run
+    (``e(16) = e(W) ** log_W 16``), and its CPU time."""
+    ones = [r for r in rows if r["workers"] == 1]
+    xs, ys = [r["words"] for r in ones], [r["seconds"] for r in ones]
+    s = slope(xs, ys)
+    grow = (MIMIC_WORDS / xs[-1]) ** max(s if s is not None else 1.0, 1.0)
+    one = ys[-1] * grow
+    out: dict[str, float | None] = {"one": one, "cpu": ones[-1]["cpu_seconds"] * grow}
+    most = max(workers)
+    e = efficiency(rows, xs[-1], most) if most > 1 else None
+    out["efficiency"] = e
+    out["serial"] = out["sixteen"] = None
+    if e is not None:
+        f = serial_share(most * e, most)
+        out["serial"] = f
+        out["sixteen"] = one * (f + (1 - f) / 16)
+    return out
+
+
+def serial_share(speedup: float, workers: int) -> float:
+    """Amdahl's serial share ``f`` from a measured speed-up on ``workers`` workers
+    (``1 / S = f + (1 - f) / W``), within [0, 1]: a stage that gained nothing is all
+    serial."""
+    f = (1 / speedup - 1 / workers) / (1 - 1 / workers)
+    return min(1.0, max(0.0, f))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--tokens", default="1M,10M", help="corpus sizes in words, e.g. 1M,10M,100M")
+    p.add_argument("--workers", default="1,2", help="worker processes to run each stage with")
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--anchor-max", default="10M", help="largest size the anchors run at")
     p.add_argument("--fragment-max", default="10M", help="largest size fragment runs at")
@@ -267,14 +361,18 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "suite")
     p.add_argument("--child")
     p.add_argument("--work", type=Path)
+    p.add_argument("--w", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.child, args.work)
+        child(args.child, args.work, args.w)
         return
 
     import phisieve
 
     sizes = sorted(size(t) for t in args.tokens.split(","))
+    counts = sorted({int(w) for w in args.workers.split(",")})
+    if 1 not in counts:
+        raise SystemExit("--workers must include 1 (the efficiencies are against it)")
     stages = [s for s in STAGES if s in args.stages.split(",")]
     anchor_max, fragment_max = size(args.anchor_max), size(args.fragment_max)
     machine = (
@@ -282,7 +380,7 @@ def main() -> None:
         f"{platform.python_version()}, phisieve {phisieve.__version__}"
     )
     results: dict = {"machine": machine, "command": "python " + " ".join(sys.argv),
-                     "sizes": [], "stages": {}, "anchors": {}}  # fmt: skip
+                     "sizes": [], "workers": counts, "stages": {}, "anchors": {}}  # fmt: skip
     needs = {"detect": ["ingest"], "index": ["ingest", "detect"],
              "encode": ["ingest", "detect", "index"], "mask": ["ingest", "detect", "index",
                                                                 "encode"],
@@ -297,12 +395,15 @@ def main() -> None:
         for stage in run_list:
             if stage == "fragment" and words > fragment_max:
                 continue
-            r = measure(stage, work)
-            r["words"] = meta["words"]
-            if stage in stages:
-                results["stages"].setdefault(stage, []).append(r)
-            print(f"  {stage:<8} {r['seconds']:8.2f} s  {r['peak_rss_mib']:7.0f} MiB  "
-                  f"{r['cpu_seconds']:8.2f} s CPU", flush=True)  # fmt: skip
+            # The last run (the most workers) leaves the output the next stages read; the
+            # outputs are the same files whatever the workers.
+            for w in counts if stage != "mask" else [1]:
+                r = measure(stage, work, w)
+                r["words"] = meta["words"]
+                if stage in stages:
+                    results["stages"].setdefault(stage, []).append(r)
+                print(f"  {stage:<8} w={w} {r['seconds']:8.2f} s  {r['peak_rss_mib']:7.0f} MiB"
+                      f"  {r['cpu_seconds']:8.2f} s CPU", flush=True)  # fmt: skip
             anchor = ANCHORS.get(stage)
             if stage in stages and anchor and words <= anchor_max:
                 a = measure(anchor, work)
@@ -314,46 +415,7 @@ def main() -> None:
                 note = " (from a sample)" if anchor == "presidio" else ""
                 print(f"  {anchor:<12} {a['seconds']:8.2f} s{note}", flush=True)
     results["total_seconds"] = time.perf_counter() - started
-
-    heads = [f"{s['words'] / 1e6:.1f}M words" for s in results["sizes"]]
-    heads += ["slope", "peak RSS growth", "anchor (largest anchored size)",
-              "1B words here", "1B words, 1 core", "1B words, 16 cores"]  # fmt: skip
-    lines = [f"Machine: {machine}", "", f"Command: `{results['command']}`", "",
-             "| stage | " + " | ".join(heads) + " |",
-             "|---|" + "---:|" * len(heads)]  # fmt: skip
-    projected: dict[str, tuple[float, float, float]] = {}
-    for stage, rows in results["stages"].items():
-        xs = [r["words"] for r in rows]
-        ys = [r["seconds"] for r in rows]
-        s = slope(xs, ys)
-        rss = rows[-1]["peak_rss_mib"] / rows[-2]["peak_rss_mib"] if len(rows) > 1 else None
-        cells = [f"{r['seconds']:.2f} s / {r['words'] / r['seconds'] / 1e6:.2f} Mw/s / "
-                 f"{r['peak_rss_mib']:.0f} MiB" for r in rows]  # fmt: skip
-        cells += ["—"] * (len(results["sizes"]) - len(cells))  # sizes a stage skipped
-        anchor = results["anchors"].get(stage)
-        a_cell = "—"
-        if anchor:
-            a, ours = anchor[-1], next(r for r in rows if r["words"] == anchor[-1]["words"])
-            ratio = a["seconds"] / ours["seconds"]
-            a_cell = f"{ANCHORS[stage]} {a['seconds']:.2f} s: phisieve {ratio:.2f}×"
-        # From the largest size at its slope, never below linear: fixed costs flatten the
-        # slope at small sizes, and a projection must not promise less than linear.
-        grow = (MIMIC_WORDS / xs[-1]) ** max(s if s is not None else 1.0, 1.0)
-        t, cpu = ys[-1] * grow, rows[-1]["cpu_seconds"] * grow
-        projected[stage] = (t, cpu, cpu / 16)
-        s_cell = f"{s:.2f}" if s is not None else "—"
-        rss_cell = f"{rss:.2f}×" if rss else "—"
-        row = [stage, *cells, s_cell, rss_cell, a_cell,
-               *(_minutes(v) for v in projected[stage])]  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
-    chain = [st for st in ("ingest", "detect", "index", "encode") if st in projected]
-    if chain:
-        total = [sum(projected[st][i] for st in chain) for i in range(3)]
-        lines.append("")
-        lines.append(f"{' → '.join(chain)} for 1B words: {_minutes(total[0])} here, "
-                     f"{_minutes(total[1])} on one core, {_minutes(total[2])} on 16 cores "
-                     "(CPU time / 16: perfect spreading assumed).")  # fmt: skip
-    table = "\n".join(lines)
+    table = report(results, machine)
     print()
     print(table)
     print(f"\nsuite: {results['total_seconds']:.0f} s")
@@ -362,6 +424,76 @@ def main() -> None:
     (args.out / "suite.md").write_text(table + "\n")
     plot(results, args.out / "suite.png")
     print(f"wrote {args.out / 'suite.json'}, suite.md, suite.png")
+
+
+def report(results: dict, machine: str) -> str:
+    """The suite's tables (Markdown): time, words/s and peak RSS per size and workers; the
+    efficiency of the most workers at each size; the projections to 1B words."""
+    counts = results["workers"]
+    most = max(counts)
+    heads = [f"{s['words'] / 1e6:.1f}M words" for s in results["sizes"]]
+    heads += ["slope (1 worker)", "peak RSS growth", "anchor (largest anchored size)"]
+    lines = [f"Machine: {machine}", "", f"Command: `{results['command']}`", "",
+             "| stage | workers | " + " | ".join(heads) + " |",
+             "|---|---:|" + "---:|" * len(heads)]  # fmt: skip
+    for stage, rows in results["stages"].items():
+        for w in counts:
+            mine = [r for r in rows if r["workers"] == w]
+            if not mine:
+                continue
+            cells = []
+            for meta in results["sizes"]:
+                r = next((r for r in mine if r["words"] == meta["words"]), None)
+                cells.append("—" if r is None else
+                             f"{r['seconds']:.2f} s / {r['words'] / r['seconds'] / 1e6:.2f} "
+                             f"Mw/s / {r['peak_rss_mib']:.0f} MiB")  # fmt: skip
+            s = slope([r["words"] for r in mine], [r["seconds"] for r in mine])
+            rss = mine[-1]["peak_rss_mib"] / mine[-2]["peak_rss_mib"] if len(mine) > 1 else None
+            anchor = results["anchors"].get(stage)
+            a_cell = "—"
+            if anchor and w == 1:
+                a = anchor[-1]
+                ours = next(r for r in mine if r["words"] == a["words"])
+                a_cell = f"{ANCHORS[stage]} {a['seconds']:.2f} s: phisieve " \
+                         f"{a['seconds'] / ours['seconds']:.2f}×"  # fmt: skip
+            row = [stage, str(w), *cells, f"{s:.2f}" if s is not None and w == 1 else "—",
+                   f"{rss:.2f}×" if rss else "—", a_cell]  # fmt: skip
+            lines.append("| " + " | ".join(row) + " |")
+    if most > 1:
+        lines += ["", f"Parallel efficiency of {most} workers, t(1) / ({most} t({most})), and "
+                  "speed-up t(1) / t(W):", "",
+                  "| stage | " + " | ".join(heads[: len(results["sizes"])]) + " |",
+                  "|---|" + "---:|" * len(results["sizes"])]  # fmt: skip
+        for stage, rows in results["stages"].items():
+            cells = []
+            for meta in results["sizes"]:
+                e = efficiency(rows, meta["words"], most)
+                cells.append("—" if e is None else f"{e:.2f} ({e * most:.2f}×)")
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    lines += ["", "Projection to 1B words (MIMIC-III): one worker here from the largest size at "
+              "its slope (never below linear); 16 cores by Amdahl's law from the speed-up "
+              f"measured with {most} workers at the largest size (serial share f from "
+              f"1 / S({most}) = f + (1 - f) / {most}; t(16) = t(1) (f + (1 - f) / 16)); "
+              "CPU time for comparison:", "",
+              f"| stage | 1 worker here | CPU time | efficiency of {most} | serial share | "
+              "16 cores |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    projected = {}
+    for stage, rows in results["stages"].items():
+        pr = project(rows, counts)
+        projected[stage] = pr
+        e, f, sixteen = pr["efficiency"], pr["serial"], pr["sixteen"]
+        lines.append(f"| {stage} | {_minutes(pr['one'])} | {_minutes(pr['cpu'])} | "
+                     f"{'—' if e is None else f'{e:.2f}'} | {'—' if f is None else f'{f:.2f}'} | "
+                     f"{'—' if sixteen is None else _minutes(sixteen)} |")  # fmt: skip
+    chain = [st for st in ("ingest", "detect", "index", "encode") if st in projected]
+    if chain:
+        one = sum(projected[st]["one"] for st in chain)
+        line = f"{' → '.join(chain)} for 1B words: {_minutes(one)} with one worker here"
+        if all(projected[st]["sixteen"] is not None for st in chain):
+            sixteen = sum(projected[st]["sixteen"] for st in chain)
+            line += f", {_minutes(sixteen)} on 16 cores (Amdahl, from the measured speed-ups)"
+        lines += ["", line + "."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
