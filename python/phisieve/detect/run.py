@@ -197,14 +197,16 @@ def _learn(
     stats = dictionaries.CorpusStats.combine(
         pieces(dictionaries.CorpusStats.of, [who, "text"], by=who)
     )
-    counts = pieces(partial(_harvest, stats=stats), ["text"], label="learn places")
+    # The lexicon goes with the function: a worker would take seconds to load its own.
+    counts = pieces(partial(_harvest, stats=stats, lex=lex), ["text"], label="learn places")
     known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF, stats=stats)
     return _Dictionaries(lex, stats, known)
 
 
-def _harvest(piece: Any, stats: dictionaries.CorpusStats) -> pl.DataFrame:
+def _harvest(
+    piece: Any, stats: dictionaries.CorpusStats, lex: dictionaries.Lexicon
+) -> pl.DataFrame:
     """The context places named in ``piece``, counted (:func:`dictionaries.harvest`)."""
-    lex = dictionaries.lexicon()
     counts = [
         dictionaries.harvest(_features(b.column("text"), lex, stats))
         for b in open_source(piece).batches(["text"])
