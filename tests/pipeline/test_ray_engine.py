@@ -41,21 +41,6 @@ def ray_local():
         ray.shutdown()
 
 
-@pytest.fixture
-def sort_shuffle(ray_local):
-    """Ray Data's sort-based shuffle (tasks) for the grouped stages and reduce steps: its
-    default one starts aggregator actors for every shuffle, about 17 s each on 2 CPUs
-    however small the data. The output does not depend on it; the tests without this
-    fixture keep the default."""
-    import ray
-
-    ctx = ray.data.DataContext.get_current()
-    default = ctx.shuffle_strategy
-    ctx.shuffle_strategy = "sort_shuffle_pull_based"
-    yield
-    ctx.shuffle_strategy = default
-
-
 def _run(work: Path, engine, stop: list[str] | None = None, key: Path | None = None) -> None:
     if key is not None:
         work.mkdir(parents=True, exist_ok=True)
@@ -98,7 +83,7 @@ def _diff(a: dict, b: dict) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch, sort_shuffle):
+def test_the_demo_pipeline_on_ray_writes_the_local_outputs(tmp_path, monkeypatch, ray_local):
     """The bar: `examples/pipeline.toml` with the local engine and with Ray (2 CPUs, 1, 2
     and 4 workers) writes every stage's output with the same bytes, the same fingerprint
     and the same stats."""
@@ -293,7 +278,7 @@ def test_a_reduce_step_on_ray_sees_every_row_once_and_each_patient_whole(
 
 
 @pytest.mark.parametrize("scope", ["identifying", "patient", "corpus"])
-def test_the_index_on_ray_is_the_one_pass_index(tmp_path, sort_shuffle, synth_docs, scope):
+def test_the_index_on_ray_is_the_one_pass_index(tmp_path, ray_local, synth_docs, scope):
     """The index's reduce on Ray (pieces by patient, merged) writes the local index's bytes,
     stats.json and blacklist.txt included, for bigrams counted in passes under a memory
     budget and every direct scope; only how it was counted (the manifest's ``execution``)
@@ -320,7 +305,7 @@ def test_the_index_on_ray_is_the_one_pass_index(tmp_path, sort_shuffle, synth_do
 
 
 @pytest.mark.slow
-def test_fragments_on_ray_are_the_local_fragments(tmp_path, sort_shuffle, few_docs):
+def test_fragments_on_ray_are_the_local_fragments(tmp_path, ray_local, few_docs):
     """``fragment``'s reduce steps (the parse, the span words, the patients per word) on
     Ray's pieces give the local engine's examples, byte for byte."""
     from phisieve.detect.stage import DetectStage
