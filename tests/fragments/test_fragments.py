@@ -85,6 +85,36 @@ def test_spacy_chunks_do_not_depend_on_batches_or_processes(spacy_chunker):
     assert SpacyChunker(processes=2, batch_size=3)(texts) == whole
 
 
+def test_the_tag_rules_set_what_the_attribute_ruler_sets(spacy_chunker, synth_docs):
+    """spaCy's attribute ruler is replaced by :class:`TagRules` (numpy over a batch): the same
+    POS, tags, labels and heads on the synthetic notes and on sentences that its rules name
+    (expletives, auxiliaries, pronouns, subordinators, spaces)."""
+    import numpy as np
+    from spacy.attrs import DEP, HEAD, POS, TAG
+
+    from phisieve.fragments.chunkers import spacy_pipeline
+
+    nlp, rules = spacy_pipeline()
+    assert rules is not None and "attribute_ruler" in nlp.disabled
+    texts = [
+        *_read(synth_docs)["text"].to_pylist()[:20],
+        "There are two lesions. There's one. Is there pain?",
+        "He has had pain but did not take it. She does. They have been seen; I'd go.",
+        "Something is wrong, nobody knows that, which is why it is so.  \n\n  Then",
+        "If she improves we will discharge her, although she ain't ready. Do you?",
+    ]
+    fast = list(nlp.pipe(texts, batch_size=7))
+    for b in range(0, len(fast), 7):
+        rules(fast[b : b + 7])
+    nlp.enable_pipe("attribute_ruler")
+    try:
+        ruled = list(nlp.pipe(texts))
+    finally:
+        nlp.disable_pipe("attribute_ruler")
+    for a, b in zip(ruled, fast, strict=True):
+        assert np.array_equal(a.to_array([POS, TAG, DEP, HEAD]), b.to_array([POS, TAG, DEP, HEAD]))
+
+
 def _tree(bracketed: str):
     from stanza.models.constituency.tree_reader import read_trees
 
