@@ -85,6 +85,36 @@ def test_spacy_chunks_do_not_depend_on_batches_or_processes(spacy_chunker):
     assert SpacyChunker(processes=2, batch_size=3)(texts) == whole
 
 
+def test_the_tag_rules_set_what_the_attribute_ruler_sets(spacy_chunker, synth_docs):
+    """spaCy's attribute ruler is replaced by :class:`TagRules` (numpy over a batch): the same
+    POS, tags, labels and heads on the synthetic notes and on sentences that its rules name
+    (expletives, auxiliaries, pronouns, subordinators, spaces)."""
+    import numpy as np
+    from spacy.attrs import DEP, HEAD, POS, TAG
+
+    from phisieve.fragments.chunkers import spacy_pipeline
+
+    nlp, rules = spacy_pipeline()
+    assert rules is not None and "attribute_ruler" in nlp.disabled
+    texts = [
+        *_read(synth_docs)["text"].to_pylist()[:20],
+        "There are two lesions. There's one. Is there pain?",
+        "He has had pain but did not take it. She does. They have been seen; I'd go.",
+        "Something is wrong, nobody knows that, which is why it is so.  \n\n  Then",
+        "If she improves we will discharge her, although she ain't ready. Do you?",
+    ]
+    fast = list(nlp.pipe(texts, batch_size=7))
+    for b in range(0, len(fast), 7):
+        rules(fast[b : b + 7])
+    nlp.enable_pipe("attribute_ruler")
+    try:
+        ruled = list(nlp.pipe(texts))
+    finally:
+        nlp.disable_pipe("attribute_ruler")
+    for a, b in zip(ruled, fast, strict=True):
+        assert np.array_equal(a.to_array([POS, TAG, DEP, HEAD]), b.to_array([POS, TAG, DEP, HEAD]))
+
+
 def _tree(bracketed: str):
     from stanza.models.constituency.tree_reader import read_trees
 
@@ -209,6 +239,7 @@ def test_the_output_does_not_depend_on_processes_or_batch_sizes(tmp_path, synth_
     assert f["all"] == f["NP"]["cut"] + f["VP"]["cut"] and f["kept"] < f["all"]
     assert report["dropped"]["rare"] == f["all"] - f["kept"]  # --k is the only filter here
     assert report["supply"]["examples"] == examples.num_rows
+    assert report["supply"]["blocks"] == 1
     for kind in ("NP", "VP"):
         assert set(f[kind]["by_length"]) <= {"2", "3", "4"}
     # Every piece is the text of its source document at some place.
@@ -217,6 +248,64 @@ def test_the_output_does_not_depend_on_processes_or_batch_sizes(tmp_path, synth_
     for ex in examples.to_pylist()[:50]:
         assert ex["text"] == " ".join(p["text"] for p in ex["parts"])
         assert all(p["text"] in text[p["source_doc"]] for p in ex["parts"])
+
+
+def test_blocks_give_the_same_output_with_any_processes_and_batch_sizes(tmp_path, synth_docs):
+    """Blocks of about 20 of the 66 notes (about 4 patients each: examples of one NP and one
+    VP): the same bytes with 1 and 2 workers and any batch size; every example's pieces come
+    from one block; the report's counts add up over the blocks to those of one block."""
+    from phisieve.fragments.make import block_bounds
+    from phisieve.fragments.stage import FragmentStage
+    from phisieve.io.sources import open_source
+
+    def run(name: str, workers: int, rows: int, block: int) -> tuple[str, dict]:
+        stage = FragmentStage(k=2, seed=1, nps=1, vps=1, block_notes=block)
+        stage.batch_rows = rows
+        m = run_stage(stage, {"docs": synth_docs}, tmp_path / name, workers=workers)
+        return m["fingerprint"], json.loads((tmp_path / f"{name}.meta" / "report.json").read_text())
+
+    one = run("one", 1, 1024, 10_000)[1]
+    first, report = run("a", 1, 1024, 20)
+    assert run("b", 2, 7, 20)[0] == first
+    assert run("c", 1, 5, 20)[0] == first
+    bounds = block_bounds(open_source(synth_docs), 20)
+    assert report["supply"]["blocks"] == len(bounds) >= 3
+    for key in ("notes", "words", "words_in_fragments", "coverage", "fragments", "dropped"):
+        assert report[key] == one[key], key
+    for kind in ("NP", "VP"):
+        assert report["supply"][kind]["copies"] == one["supply"][kind]["copies"]
+    docs = _read(synth_docs)
+    block_of = {}
+    for b, (lo, hi) in enumerate(bounds):
+        for doc in docs["doc_id"].to_pylist()[lo:hi]:
+            block_of[doc] = b
+    examples = _read(tmp_path / "a")
+    assert examples.num_rows == report["supply"]["examples"] > 0
+    assert examples["example_id"].to_pylist() == list(range(examples.num_rows))
+    blocks_used = set()
+    for ex in examples["parts"].to_pylist():
+        assert len({block_of[p["source_doc"]] for p in ex}) == 1
+        blocks_used.add(block_of[ex[0]["source_doc"]])
+    assert len(blocks_used) > 1
+
+
+def test_blocks_end_where_the_patient_changes():
+    from phisieve.fragments.make import block_bounds
+    from phisieve.io.sources import open_source
+
+    def bounds(patients: list[str], notes: int, batch: int = 3) -> list[tuple[int, int]]:
+        table = pa.table({"patient_id": patients})
+        return block_bounds(open_source(table, batch), notes)
+
+    patients = ["a", "a", "b", "b", "b", "c", "d", "d"]
+    assert bounds(patients, 3) == [(0, 2), (2, 5), (5, 8)]
+    assert bounds(patients, 2) == [(0, 2), (2, 5), (5, 6), (6, 8)]
+    assert bounds(patients, 2, batch=1) == bounds(patients, 2, batch=100)
+    assert bounds(patients, 8) == bounds(patients, 100) == [(0, 8)]
+    assert bounds(["a"] * 10, 2) == [(0, 10)]  # one patient: one block
+    assert bounds([], 5) == [(0, 0)]
+    with pytest.raises(ConfigError):
+        bounds(patients, 0)
 
 
 def test_encode_packs_one_fragments_example_per_sequence(tmp_path, synth_docs, minilm):

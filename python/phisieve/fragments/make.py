@@ -1,10 +1,19 @@
-"""What the ``fragment`` stage does (:mod:`phisieve.fragments.stage` declares it): cut every
-note into chunks on the run's engine, filter the fragments, mix them into examples and
-report."""
+"""What the ``fragment`` stage does (:mod:`phisieve.fragments.stage` declares it).
+
+:func:`prepare` runs the corpus-wide passes (the words found inside spans, the patients of
+every word for ``--k``) and cuts the documents into blocks of consecutive rows
+(:func:`block_bounds`); :func:`blocks` then cuts each block into fragments on the run's
+engine (in the worker processes), filters them and mixes them, and yields the block's
+examples before it cuts the next one, so that memory holds one block, whatever the size of
+the corpus. :class:`Tally` adds up what each block cut, dropped and made into the report.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -15,54 +24,67 @@ import pyarrow as pa
 from ..detect.recognizers.dictionaries import CorpusStats
 from ..errors import ConfigError
 from ..io.schema import FRAGMENTS
-from ..io.sources import open_source
+from ..io.sources import BatchSource, open_source
 from ..pipeline.stage import Context
 from ..protection.scope import DocSpans, collect_span_words
 from ..term_index.build import terms_options
 from .chunkers import make_chunker
-from .mix import mix
-from .pieces import Cutter, combine
+from .mix import block_seed, mix
+from .pieces import Cut, Cutter, combine
 from .select import REASONS, Protected, indirect_terms, select, word_patients
 
-__all__ = ["FRAGMENTS", "Made", "examples"]
+__all__ = ["FRAGMENTS", "Plan", "Tally", "block_bounds", "blocks", "prepare"]
 
 DEFAULT_NORMALIZE = "nfkc_lower"
+KINDS = ("NP", "VP")
+DOCS = ["doc_id", "patient_id", "text"]
 
 
 @dataclass
-class Made:
-    """The examples and the report."""
+class Plan:
+    """What the blocks need (the stage's state): the cutter, the protected words, the
+    blocks' rows ``(first, end)``, the mixing's options, and the tally of the blocks done."""
 
-    examples: pa.Table
-    report: dict[str, Any]
+    cutter: Cutter
+    protected: Protected
+    bounds: list[tuple[int, int]]
+    nps: int
+    vps: int
+    reuse: int
+    seed: int
+    filters: dict[str, Any]
+    tally: Tally
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """What was cut, dropped and made in the blocks done (all of them once
+        :func:`blocks` is exhausted)."""
+        return {**self.tally.report(), "filters": self.filters}
 
 
-def examples(ctx: Context, o: Any) -> Made:
-    """The examples of the ``docs`` input of ``ctx`` under the stage's options ``o``
-    (:class:`~phisieve.fragments.stage.FragmentOptions`), and the report."""
+def prepare(ctx: Context, o: Any) -> Plan:
+    """The corpus-wide passes over the ``docs`` input of ``ctx`` under the stage's options
+    ``o`` (:class:`~phisieve.fragments.stage.FragmentOptions`), and its blocks."""
     terms_src = ctx.values.get("terms")
     terms = None if terms_src is None else terms_src.table()
     normalize = resolve_normalize(terms, o.normalize)
     spans, gold = ctx.values.get("spans"), ctx.values.get("gold")
-    ctx.hold("docs")
+    docs = ctx.hold("docs")
     options: dict[str, Any] = (
         {"model": o.spacy_model} if o.parser == "spacy" else {"model_dir": o.stanza_dir}
     )
-    chunker = make_chunker(o.parser, **options)
     cutter = Cutter(
-        chunker,
+        make_chunker(o.parser, **options),
         normalize,
         gold=gold_spans(None if gold is None else gold.table(["doc_id", "spans"])),
     )
-    docs = ["doc_id", "patient_id", "text"]
-    cut = combine(ctx.pieces("docs", cutter, docs, label="fragments"))
     protected = Protected()
     if terms is not None:
         protected.indirect = indirect_terms(terms)
     if spans is not None:
         doc_spans = DocSpans.read(spans)
         for words in ctx.pieces(
-            "docs", partial(span_words, spans=doc_spans, normalize=normalize), docs,
+            "docs", partial(span_words, spans=doc_spans, normalize=normalize), DOCS,
             label="span words",
         ):  # fmt: skip
             protected.span_words |= words
@@ -79,18 +101,186 @@ def examples(ctx: Context, o: Any) -> Made:
                 for w, n in piece.items():
                     counts[w] = counts.get(w, 0) + n
             protected.patients = counts
-    keep, dropped, masks = select(cut.fragments, protected)
-    made, supply = mix(
-        cut.fragments.filter(pa.array(keep)), nps=o.nps, vps=o.vps, reuse=o.reuse, seed=o.seed
-    )
-    report = _report(cut, keep, dropped, masks, supply, gold is not None)
-    report["filters"] = {
+    filters = {
         "indirect": terms is not None,
         "span": spans is not None,
         "rare_k": o.k if o.k > 1 else None,
         "normalize": normalize,
     }
-    return Made(made, report)
+    bounds = block_bounds(docs, o.block_notes)
+    tally = Tally(with_gold=gold is not None)
+    return Plan(cutter, protected, bounds, o.nps, o.vps, o.reuse, o.seed, filters, tally)
+
+
+def blocks(ctx: Context, plan: Plan) -> Iterator[pa.Table]:
+    """The examples of each block of ``plan`` in turn (``example_id`` counted on across
+    blocks): the block's notes cut on the run's engine, their fragments filtered and mixed
+    with the block's own seed (:func:`~phisieve.fragments.mix.block_seed`); what each block
+    cut, dropped and made is added to ``plan.tally``."""
+    made = 0
+    for b, rows in enumerate(plan.bounds):
+        label = "fragments" if len(plan.bounds) == 1 else f"fragments {b + 1}/{len(plan.bounds)}"
+        cut = combine(ctx.pieces("docs", plan.cutter, DOCS, label=label, rows=rows))
+        keep, dropped, masks = select(cut.fragments, plan.protected)
+        examples, supply = mix(
+            cut.fragments.filter(pa.array(keep)), nps=plan.nps, vps=plan.vps,
+            reuse=plan.reuse, seed=block_seed(plan.seed, b),
+        )  # fmt: skip
+        plan.tally.add(cut, keep, dropped, masks, supply)
+        ids = pa.array(np.arange(made, made + examples.num_rows, dtype=np.uint64))
+        made += examples.num_rows
+        yield examples.set_column(0, FRAGMENTS.field("example_id"), ids)
+
+
+def block_bounds(src: BatchSource, notes: int, column: str = "patient_id") -> list[tuple[int, int]]:
+    """The blocks of ``src``'s rows, ``(first, end)``: ``ceil(rows / notes)`` runs of
+    consecutive rows of about equal size (at most ``notes``), each end moved forward to the
+    first row where ``column`` (the patient) changes, so that a patient's consecutive notes
+    stay in one block (a block then holds more than ``notes``). A function of the rows'
+    patients and ``notes`` alone; one empty block when ``src`` has no row."""
+    if notes < 1:
+        raise ConfigError(f"a block holds at least one note, not {notes}")
+    total = src.num_rows
+    if total is None:
+        total = sum(b.num_rows for b in src.batches([column]))
+    count = max(1, math.ceil(total / notes))
+    targets = [total * i // count for i in range(1, count)]
+    ends: list[int] = []
+    row, last, t = 0, None, 0
+    for batch in src.batches([column]):
+        for patient in batch.column(0).to_pylist():
+            if t < len(targets) and row >= targets[t] and row > 0 and patient != last:
+                ends.append(row)
+                while t < len(targets) and targets[t] <= row:
+                    t += 1
+            last = patient
+            row += 1
+    firsts = [0, *ends]
+    return list(zip(firsts, [*ends, total], strict=True))
+
+
+@dataclass
+class Tally:
+    """What the blocks cut, dropped and made, added up block by block (counts add; means and
+    shares are taken from the sums): the report (:meth:`report`)."""
+
+    with_gold: bool = False
+    blocks: int = 0
+    notes: int = 0
+    words: int = 0
+    words_in_fragments: int = 0
+    gold_words: Counter[str] = field(default_factory=Counter)
+    cut: Counter[str] = field(default_factory=Counter)
+    kept: Counter[str] = field(default_factory=Counter)
+    length_sum: Counter[str] = field(default_factory=Counter)
+    by_length: dict[str, Counter[int]] = field(
+        default_factory=lambda: {kind: Counter() for kind in KINDS}
+    )
+    dropped: Counter[str] = field(default_factory=Counter)
+    examples: int = 0
+    ran_out: Counter[str] = field(default_factory=Counter)
+    supply: dict[str, Counter[str]] = field(
+        default_factory=lambda: {kind: Counter() for kind in KINDS}
+    )
+    gold_rows: dict[str, tuple[int, Counter[str]]] = field(default_factory=dict)
+    """Per row of the gold table after the full text (``fragments``, then ``- REASON``
+    for each filter applied in turn): words and gold words by label."""
+    filtered: set[str] = field(default_factory=set)
+    """The reasons that dropped a fragment in some block."""
+
+    def add(
+        self,
+        cut: Cut,
+        keep: np.ndarray,
+        dropped: dict[str, int],
+        masks: dict[str, np.ndarray],
+        supply: dict[str, Any],
+    ) -> None:
+        """Add one block: what it cut, the filters' ``keep``, ``dropped`` and ``masks``
+        (:func:`~phisieve.fragments.select.select`) and the mixing's ``supply``."""
+        self.blocks += 1
+        self.notes += cut.notes
+        self.words += cut.words
+        self.words_in_fragments += cut.words_in_fragments
+        self.gold_words.update(cut.gold_words)
+        frags = pl.from_arrow(cut.fragments.select(["kind", "length", "words", "gold"]))
+        assert isinstance(frags, pl.DataFrame)
+        frags = frags.with_columns(n=pl.col("words").list.len(), keep=pl.Series(keep))
+        for kind in KINDS:
+            mine = frags.filter(pl.col("kind") == kind)
+            self.cut[kind] += mine.height
+            self.kept[kind] += int(mine.get_column("keep").sum())
+            self.length_sum[kind] += int(mine.get_column("length").sum() or 0)
+            for n, c in mine.group_by("length").len().iter_rows():
+                self.by_length[kind][int(n)] += int(c)
+        self.dropped.update(dropped)
+        for reason in REASONS:
+            self.dropped.setdefault(reason, 0)
+            if masks[reason].any():
+                self.filtered.add(reason)
+        self.examples += supply["examples"]
+        self.ran_out[supply["ran_out"]] += 1
+        for kind in KINDS:
+            self.supply[kind].update(supply[kind])
+        if self.with_gold:
+            alive = np.ones(frags.height, dtype=bool)
+            rows = {"fragments": _gold_counts(frags, alive)}
+            for reason in REASONS:  # an empty mask changes nothing: its row equals the last
+                alive &= ~masks[reason]
+                rows[f"- {reason}"] = _gold_counts(frags, alive)
+            for name, (words, labels) in rows.items():
+                was = self.gold_rows.get(name, (0, Counter()))
+                self.gold_rows[name] = (was[0] + words, was[1] + Counter(labels))
+
+    def report(self) -> dict[str, Any]:
+        """What was cut, dropped and made; with gold spans, the share of PHI words by label
+        in the notes, the fragments, and the fragments left after each filter in turn (a
+        filter that dropped nothing has no row)."""
+        by_kind = {
+            kind: {
+                "cut": self.cut[kind],
+                "kept": self.kept[kind],
+                "length_mean": self.length_sum[kind] / self.cut[kind] if self.cut[kind] else 0.0,
+                "by_length": {str(n): c for n, c in sorted(self.by_length[kind].items())},
+            }
+            for kind in KINDS
+        }
+        supply: dict[str, Any] = {
+            "examples": self.examples,
+            # The kind that ran out in most blocks (each block deals until one kind does).
+            "ran_out": max(KINDS, key=lambda kind: self.ran_out[kind]),
+            "blocks": self.blocks,
+            "ran_out_blocks": {kind: self.ran_out[kind] for kind in KINDS},
+        }
+        for kind in KINDS:
+            supply[kind] = {k: self.supply[kind][k] for k in ("fragments", "copies", "used")}
+        cut, kept = sum(self.cut.values()), sum(self.kept.values())
+        report: dict[str, Any] = {
+            "notes": self.notes,
+            "words": self.words,
+            "words_in_fragments": self.words_in_fragments,
+            "coverage": self.words_in_fragments / self.words if self.words else 0.0,
+            "fragments": {"all": cut, "kept": kept, **by_kind},
+            "dropped": {reason: self.dropped[reason] for reason in REASONS},
+            "supply": supply,
+        }
+        if self.with_gold:
+            rows = [("full text", self.words, self.gold_words)]
+            names = ["fragments", *(f"- {r}" for r in REASONS if r in self.filtered)]
+            rows += [(name, *self.gold_rows.get(name, (0, Counter()))) for name in names]
+            labels = sorted({label for _, _, c in rows for label in c})
+            report["gold"] = [
+                {
+                    "text": name,
+                    "words": words,
+                    "phi_share": sum(c.values()) / words if words else 0.0,
+                    "by_label": {
+                        label: c.get(label, 0) / words if words else 0.0 for label in labels
+                    },
+                }
+                for name, words, c in rows
+            ]
+        return report
 
 
 def resolve_normalize(terms: pa.Table | None, given: str | None) -> str:
@@ -129,59 +319,6 @@ def gold_spans(table: pa.Table | None) -> dict[str, list[tuple[int, int, str]]] 
         if doc is not None and spans:
             out.setdefault(str(doc), []).extend((s["start"], s["end"], s["label"]) for s in spans)
     return out
-
-
-def _report(
-    cut: Any,
-    keep: np.ndarray,
-    dropped: dict[str, int],
-    masks: dict[str, np.ndarray],
-    supply: dict[str, Any],
-    with_gold: bool,
-) -> dict[str, Any]:
-    """What was cut, dropped and made; with gold spans, the share of PHI words by label in
-    the notes, the fragments, and the fragments left after each filter in turn."""
-    frags = pl.from_arrow(cut.fragments.select(["kind", "length", "words", "gold"]))
-    assert isinstance(frags, pl.DataFrame)
-    frags = frags.with_columns(n=pl.col("words").list.len(), keep=pl.Series(keep))
-    by_kind = {}
-    for kind in ("NP", "VP"):
-        mine = frags.filter(pl.col("kind") == kind)
-        lengths = mine.group_by("length").len().sort("length")
-        by_kind[kind] = {
-            "cut": mine.height,
-            "kept": int(mine.get_column("keep").sum()),
-            "length_mean": float(mine.get_column("length").mean() or 0.0),
-            "by_length": {str(n): c for n, c in lengths.iter_rows()},
-        }
-    report: dict[str, Any] = {
-        "notes": cut.notes,
-        "words": cut.words,
-        "words_in_fragments": cut.words_in_fragments,
-        "coverage": cut.words_in_fragments / cut.words if cut.words else 0.0,
-        "fragments": {"all": frags.height, "kept": int(keep.sum()), **by_kind},
-        "dropped": dropped,
-        "supply": supply,
-    }
-    if with_gold:
-        rows = [("full text", cut.words, dict(cut.gold_words))]
-        alive = np.ones(frags.height, dtype=bool)
-        rows.append(("fragments", *_gold_counts(frags, alive)))
-        for reason in REASONS:
-            if masks[reason].any():
-                alive &= ~masks[reason]
-                rows.append((f"- {reason}", *_gold_counts(frags, alive)))
-        labels = sorted({label for _, _, c in rows for label in c})
-        report["gold"] = [
-            {
-                "text": name,
-                "words": words,
-                "phi_share": sum(c.values()) / words if words else 0.0,
-                "by_label": {label: c.get(label, 0) / words if words else 0.0 for label in labels},
-            }
-            for name, words, c in rows
-        ]
-    return report
 
 
 def _gold_counts(frags: pl.DataFrame, alive: np.ndarray) -> tuple[int, dict[str, int]]:

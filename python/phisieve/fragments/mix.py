@@ -7,6 +7,10 @@ patients differ from every other piece of the example; a copy skipped for that s
 later example. Dealing stops when one kind runs out (VPs, usually). The examples are
 therefore a pure function of the seed and of the set of fragments: never of the order the
 notes came in, of batch sizes or of worker counts.
+
+The ``fragment`` stage mixes each block of the corpus apart (:mod:`phisieve.fragments.make`),
+each with its own seed, a keyed hash of the stage's seed and the block's number
+(:func:`block_seed`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..io.schema import FRAGMENTS, PART
 
-__all__ = ["FRAGMENTS", "PART", "mix"]
+__all__ = ["FRAGMENTS", "PART", "block_seed", "mix"]
 
 LOOKAHEAD = 100_000
 """How far past a kind's first free copy an example looks for one from a new document and
@@ -33,6 +37,14 @@ class _Copy:
     doc: str
     patient: str
     text: str
+
+
+def block_seed(seed: int, block: int) -> int:
+    """The seed of block number ``block``: a keyed hash (the key: ``seed``) of the block's
+    number, so that no two blocks deal their copies in a related order."""
+    key = hashlib.blake2b(str(seed).encode(), digest_size=16).digest()
+    data = f"block\x1f{block}".encode()
+    return int.from_bytes(hashlib.blake2b(data, key=key, digest_size=8).digest(), "big")
 
 
 def _order(fragments: pa.Table, kind: str, reuse: int, seed: int) -> list[_Copy]:

@@ -2,12 +2,17 @@
 training examples whose pieces come from different documents and patients (after
 Ignashina & Ive; DESIGN.md section 8).
 
-Reduce steps (on the run's engine, on pieces of the corpus): the chunks of every note with
-their words (:class:`~phisieve.fragments.pieces.Cutter`); with ``--spans``, the words found
-inside spans; with ``--k`` and no ``--terms``, the patients of every word. Then, in one
-place, the fragments are filtered (:mod:`phisieve.fragments.select`) and mixed
-(:mod:`phisieve.fragments.mix`). The output is a ``fragments`` dataset; the report
-(``report.json`` beside it) says what was cut, dropped and made.
+The reduce (:func:`phisieve.fragments.make.prepare`) runs the corpus-wide passes on the
+run's engine: with ``--spans``, the words found inside spans; with ``--k`` and no
+``--terms``, the patients of every word. It also cuts the documents into blocks of about
+``--block-notes`` consecutive rows, each ended where the patient changes. Then the batches
+(:func:`phisieve.fragments.make.blocks`), block after block: the block's notes are cut into
+chunks on the engine (in the worker processes; :class:`~phisieve.fragments.pieces.Cutter`),
+filtered (:mod:`phisieve.fragments.select`) and mixed (:mod:`phisieve.fragments.mix`) with
+the block's seed, and its examples are written before the next block is cut: memory holds
+one block, whatever the size of the corpus. The output is a ``fragments`` dataset; the
+report (``report.json`` beside it), added up over the blocks, says what was cut, dropped
+and made.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from ..pipeline.options import option
 from ..pipeline.stage import Context, Input, RowsStage
 from ..pipeline.summary import Each, Table
 from .chunkers import PARSERS, SPACY_MODEL
+
+BLOCK_NOTES = 20_000
+"""Notes per block (``--block-notes``): the examples of a block take their pieces from its
+patients only. 20,000 notes are about 440 patients at MIMIC-III's 45 notes per patient
+(4,000 of the synthetic corpus's 5), against 4 pieces per example, and about 0.6M fragments
+(30 per note of 200 words; some hundreds of MB while the block is filtered and mixed)."""
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +52,11 @@ class FragmentOptions:
     reuse: int = option(1, "Times a fragment may be used.")
     k: int = option(0, "Drop fragments with a word fewer than K patients use (0: off).", flag="--k")
     seed: int = option(0, "Seed of the draw.")
+    block_notes: int = option(
+        BLOCK_NOTES,
+        "Notes mixed together at most: blocks of this many consecutive rows, each ended where "
+        "the patient changes (memory holds one block).",
+    )
     normalize: str | None = option(
         None, "Word normalisation for the filters (default: the terms', else nfkc_lower)."
     )
@@ -55,7 +71,8 @@ class FragmentStage(RowsStage):
     help = (
         "Cut notes into noun and verb phrases, drop those holding protected or rare words, "
         "and mix them into examples of NPS noun and VPS verb phrases from different "
-        "documents and patients (a fragments dataset; report.json in OUT.meta)."
+        "documents and patients of the same block of about BLOCK_NOTES consecutive notes "
+        "(a fragments dataset; report.json in OUT.meta)."
     )
     Options = FragmentOptions
     inputs = (
@@ -94,7 +111,8 @@ class FragmentStage(RowsStage):
             (("text", "{text}"), ("words", "{words:,}"), ("PHI", "{phi_share:.2%}")),
         ),
         "{report[supply][examples]:,} examples written to {out}",
-        "the {report[supply][ran_out]}s ran out",
+        "{report[supply][blocks]:,} blocks mixed apart; the {report[supply][ran_out]}s ran out "
+        "first in most",
     )
 
     def check(self) -> None:
@@ -103,16 +121,20 @@ class FragmentStage(RowsStage):
             raise ConfigError(f"unknown parser {o.parser!r}: use one of {', '.join(PARSERS)}")
         if o.k < 0:
             raise ConfigError(f"k must be 0 (off) or more, got {o.k}")
+        if o.block_notes < 1:
+            raise ConfigError(f"--block-notes must be at least 1, got {o.block_notes}")
 
     def schema(self, ctx: Context, state: Any) -> pa.Schema:
         return make.FRAGMENTS
 
     def reduce(self, ctx: Context) -> Any:
-        return make.examples(ctx, self.options)
+        return make.prepare(ctx, self.options)
 
     def batches(self, ctx: Context, state: Any) -> Any:
-        yield from state.examples.to_batches(max_chunksize=self.batch_rows)
+        for examples in make.blocks(ctx, state):
+            yield from examples.to_batches(max_chunksize=self.batch_rows)
 
     def finish(self, ctx: Context, state: Any) -> None:
-        ctx.writer.write_side("report.json", json.dumps(state.report, indent=2))
-        ctx.stats.update(examples=state.report["supply"]["examples"], report=state.report)
+        report = state.report
+        ctx.writer.write_side("report.json", json.dumps(report, indent=2))
+        ctx.stats.update(examples=report["supply"]["examples"], report=report)

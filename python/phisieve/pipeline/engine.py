@@ -125,7 +125,13 @@ class LocalEngine(Engine):
         """One piece, the whole input streamed here; with workers and a dataset on disk of
         more than one batch, one piece per worker (see :meth:`Engine.scan`)."""
         src = ctx.source(name)
-        if rows is not None:
+        if rows is not None and src.path is not None:
+            from .pool import plan_pieces
+
+            # Only the row groups that hold the rows are read (rather than every row before
+            # them): a stage that reads a dataset block after block reads it once.
+            part = plan_pieces(src, 1, None, ctx.stage.batch_rows, rows)[0].source()
+        elif rows is not None:
             from ..io.sources import row_range
 
             part = row_range(src, *rows)
