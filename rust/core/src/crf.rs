@@ -16,10 +16,13 @@ use rustc_hash::FxHashMap;
 pub struct Crf {
     labels: Vec<String>,
     index: FxHashMap<String, u32>,
-    /// `weights[a * L + l]`: attribute `a`'s weight for label `l`.
+    /// `weights[a * L + l]`: attribute `a`'s weight for label `l`; then a row of zeros, the
+    /// weights of no attribute ([`Crf::no_attribute`]).
     weights: Vec<f64>,
     /// `trans[i * L + j]`: the weight of label `j` following label `i`.
     trans: Vec<f64>,
+    /// `exp(trans)`, for forward-backward in scaled probabilities.
+    exp_trans: Vec<f64>,
 }
 
 /// What [`Crf::tag`] finds: per position, the label of the best labelling and the marginal
@@ -27,6 +30,15 @@ pub struct Crf {
 pub struct Tagged {
     pub labels: Vec<u32>,
     pub marginals: Vec<f64>,
+}
+
+/// What [`Crf::tag_words`](crate::crf_words) finds: per position, the label of the best
+/// labelling (when asked for), the probability of a label other than the background one (the
+/// sum of their marginals) and the most likely of those labels.
+pub struct Summary {
+    pub labels: Vec<u32>,
+    pub p: Vec<f64>,
+    pub best: Vec<u32>,
 }
 
 fn log_sum_exp(values: impl Iterator<Item = f64> + Clone) -> f64 {
@@ -74,11 +86,15 @@ impl Crf {
                 ));
             }
         }
+        let exp_trans = trans.iter().map(|w| w.exp()).collect();
+        let mut weights = weights;
+        weights.resize(weights.len() + l, 0.0);
         Ok(Self {
             labels,
             index,
             weights,
             trans,
+            exp_trans,
         })
     }
 
@@ -105,7 +121,6 @@ impl Crf {
                 "the sequences' positions do not add up to the positions given",
             ));
         }
-        // Where each sequence's positions start.
         let mut seq_start = Vec::with_capacity(per_sequence.len() + 1);
         let mut at = 0usize;
         seq_start.push(0);
@@ -113,37 +128,137 @@ impl Crf {
             at += n as usize;
             seq_start.push(at);
         }
-        let l = self.labels.len();
-        let parts: Vec<(Vec<u32>, Vec<f64>)> = (0..per_sequence.len())
-            .into_par_iter()
-            .map(|s| {
-                let (a, b) = (seq_start[s], seq_start[s + 1]);
-                let mut state = vec![0.0; (b - a) * l];
-                for (t, row) in state.chunks_exact_mut(l).enumerate() {
-                    for column in columns {
-                        let Some(name) = column.get(a + t) else {
-                            continue;
-                        };
-                        if let Some(&k) = self.index.get(name) {
-                            let w = &self.weights[k as usize * l..(k as usize + 1) * l];
-                            for (x, y) in row.iter_mut().zip(w) {
-                                *x += y;
-                            }
-                        }
+        Ok(self.tag_by(&seq_start, |a, state| {
+            let l = self.labels.len();
+            for (t, row) in state.chunks_exact_mut(l).enumerate() {
+                for column in columns {
+                    if let Some(k) = column.get(a + t).and_then(|name| self.attribute(name)) {
+                        self.add_weights(row, k);
                     }
                 }
-                (self.viterbi(&state), self.marginals(&state))
-            })
-            .collect();
+            }
+        }))
+    }
+
+    /// The attribute number of `name`, if the model knows it.
+    #[inline]
+    pub(crate) fn attribute(&self, name: &str) -> Option<u32> {
+        self.index.get(name).copied()
+    }
+
+    /// The attribute number whose weights are all zero: adding it adds nothing (a score
+    /// starts at +0.0 and never becomes -0.0, so `x + 0.0` is `x`), and saves a branch.
+    pub(crate) fn no_attribute(&self) -> u32 {
+        (self.weights.len() / self.labels.len() - 1) as u32
+    }
+
+    /// Add attribute `k`'s weights to a position's scores (`row`: one per label).
+    #[inline]
+    pub(crate) fn add_weights(&self, row: &mut [f64], k: u32) {
+        let l = self.labels.len();
+        let w = &self.weights[k as usize * l..(k as usize + 1) * l];
+        for (x, y) in row.iter_mut().zip(w) {
+            *x += y;
+        }
+    }
+
+    /// Tag the sequences that start at `seq_start` (each sequence `s` is positions
+    /// `seq_start[s]..seq_start[s + 1]`), in parallel: `state(a, scores)` fills the scores
+    /// (positions × labels, zeroed) of the sequence starting at position `a`.
+    pub(crate) fn tag_by<F>(&self, seq_start: &[usize], state: F) -> Tagged
+    where
+        F: Fn(usize, &mut [f64]) + Sync,
+    {
+        let parts = self.each_sequence(seq_start, state, |scores| {
+            (self.viterbi(scores), self.marginals(scores))
+        });
+        let rows = seq_start.last().copied().unwrap_or(0);
         let mut out = Tagged {
             labels: Vec::with_capacity(rows),
-            marginals: Vec::with_capacity(rows * l),
+            marginals: Vec::with_capacity(rows * self.labels.len()),
         };
         for (labels, marginals) in parts {
             out.labels.extend(labels);
             out.marginals.extend(marginals);
         }
-        Ok(out)
+        out
+    }
+
+    /// Like [`Crf::tag_by`], but what each position's marginals say about the labels other
+    /// than `background` (a label number; `None`: every label counts): their probability
+    /// (the sum of their marginals, in label order) and the most likely of them (ties: the
+    /// lower number; `background` when there is none). The best labelling only when `path`.
+    pub(crate) fn summary_by<F>(
+        &self,
+        seq_start: &[usize],
+        background: Option<usize>,
+        path: bool,
+        state: F,
+    ) -> Summary
+    where
+        F: Fn(usize, &mut [f64]) + Sync,
+    {
+        let l = self.labels.len();
+        let parts = self.each_sequence(seq_start, state, |scores| {
+            let labels = if path {
+                self.viterbi(scores)
+            } else {
+                Vec::new()
+            };
+            let marginals = self.marginals(scores);
+            let n = marginals.len() / l;
+            let (mut p, mut best) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for row in marginals.chunks_exact(l) {
+                let mut sum = 0.0;
+                let mut top: Option<(usize, f64)> = None;
+                for (j, &m) in row.iter().enumerate() {
+                    if Some(j) == background {
+                        continue;
+                    }
+                    sum += m;
+                    match top {
+                        Some((_, t)) if m <= t => {}
+                        _ => top = Some((j, m)),
+                    }
+                }
+                p.push(sum);
+                best.push(top.map_or(background.unwrap_or(0), |(j, _)| j) as u32);
+            }
+            (labels, p, best)
+        });
+        let rows = seq_start.last().copied().unwrap_or(0);
+        let mut out = Summary {
+            labels: Vec::with_capacity(if path { rows } else { 0 }),
+            p: Vec::with_capacity(rows),
+            best: Vec::with_capacity(rows),
+        };
+        for (labels, p, best) in parts {
+            out.labels.extend(labels);
+            out.p.extend(p);
+            out.best.extend(best);
+        }
+        out
+    }
+
+    /// `finish` of each sequence's scores (filled by `state`, as in [`Crf::tag_by`]), in
+    /// parallel, in order.
+    fn each_sequence<T, F, G>(&self, seq_start: &[usize], state: F, finish: G) -> Vec<T>
+    where
+        T: Send,
+        F: Fn(usize, &mut [f64]) + Sync,
+        G: Fn(&[f64]) -> T + Sync,
+    {
+        let l = self.labels.len();
+        let sequences = seq_start.len().saturating_sub(1);
+        (0..sequences)
+            .into_par_iter()
+            .map(|s| {
+                let (a, b) = (seq_start[s], seq_start[s + 1]);
+                let mut scores = vec![0.0; (b - a) * l];
+                state(a, &mut scores);
+                finish(&scores)
+            })
+            .collect()
     }
 
     /// The best labelling of one sequence (`state`: positions × labels); ties go to the
@@ -185,8 +300,79 @@ impl Crf {
         path
     }
 
-    /// Every position's label marginals (positions × labels), in log space.
+    /// Every position's label marginals (positions × labels): forward-backward over scaled
+    /// probabilities, as CRFsuite computes them (a few exponentials per position, not one per
+    /// pair of labels), or in log space ([`Crf::log_marginals`]) where scaling would
+    /// underflow or overflow.
     fn marginals(&self, state: &[f64]) -> Vec<f64> {
+        let l = self.labels.len();
+        let n = state.len() / l;
+        if n == 0 {
+            return Vec::new();
+        }
+        let et = &self.exp_trans;
+        // Each position's scores as probabilities, less their maximum (a factor per position,
+        // which the normalisation takes out).
+        let mut ex = vec![0.0; n * l];
+        for (out, row) in ex.chunks_exact_mut(l).zip(state.chunks_exact(l)) {
+            let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            for (x, s) in out.iter_mut().zip(row) {
+                *x = (s - top).exp();
+            }
+        }
+        // Forward: alpha[t] normalised to sum 1; scale[t] is 1 / its sum before.
+        let mut alpha = vec![0.0; n * l];
+        let mut scale = vec![0.0; n];
+        for t in 0..n {
+            let (done, rest) = alpha.split_at_mut(t * l);
+            let cur = &mut rest[..l];
+            if t == 0 {
+                cur.copy_from_slice(&ex[..l]);
+            } else {
+                let prev = &done[(t - 1) * l..];
+                for (j, c) in cur.iter_mut().enumerate() {
+                    let mut acc = 0.0;
+                    for (i, a) in prev.iter().enumerate() {
+                        acc += a * et[i * l + j];
+                    }
+                    *c = acc * ex[t * l + j];
+                }
+            }
+            let sum: f64 = cur.iter().sum();
+            if !(sum > 0.0 && sum.is_finite()) {
+                return self.log_marginals(state);
+            }
+            scale[t] = 1.0 / sum;
+            for c in cur.iter_mut() {
+                *c *= scale[t];
+            }
+        }
+        // Backward, with the same scales.
+        let mut beta = vec![0.0; n * l];
+        beta[(n - 1) * l..].fill(scale[n - 1]);
+        let mut next = vec![0.0; l];
+        for t in (0..n - 1).rev() {
+            for (j, x) in next.iter_mut().enumerate() {
+                *x = ex[(t + 1) * l + j] * beta[(t + 1) * l + j];
+            }
+            for i in 0..l {
+                let row = &et[i * l..(i + 1) * l];
+                let acc: f64 = row.iter().zip(&next).map(|(e, x)| e * x).sum();
+                beta[t * l + i] = acc * scale[t];
+            }
+        }
+        let out: Vec<f64> = (0..n * l)
+            .map(|k| alpha[k] * beta[k] / scale[k / l])
+            .collect();
+        if out.iter().all(|p| p.is_finite()) {
+            out
+        } else {
+            self.log_marginals(state)
+        }
+    }
+
+    /// Every position's label marginals (positions × labels), in log space.
+    fn log_marginals(&self, state: &[f64]) -> Vec<f64> {
         let l = self.labels.len();
         let n = state.len() / l;
         if n == 0 {
@@ -297,6 +483,47 @@ mod tests {
         assert_eq!(tagged.labels, [p1, p2].concat());
         for (a, b) in tagged.marginals.iter().zip(m1.iter().chain(&m2)) {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn scaled_marginals_match_log_space_and_fall_back_when_they_cannot_scale() {
+        let labels = vec!["O".into(), "NAME".into(), "DATE".into()];
+        let attrs = vec!["a".into()];
+        let weights = vec![0.0, 0.0, 0.0];
+        // Ordinary transitions, then some so negative that exp() underflows to 0.
+        for trans in [
+            vec![1.0, -0.5, 0.3, 0.2, 0.8, -1.0, -0.4, 0.1, 0.6],
+            vec![
+                0.0, -800.0, -800.0, -800.0, 0.0, -800.0, -800.0, -800.0, 0.0,
+            ],
+        ] {
+            let crf = Crf::new(labels.clone(), attrs.clone(), weights.clone(), trans).unwrap();
+            let mut seed = 7u64;
+            let mut next = || {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 40.0
+            };
+            for n in [1, 2, 5, 40] {
+                let state: Vec<f64> = (0..n * 3).map(|_| next()).collect();
+                let (scaled, log) = (crf.marginals(&state), crf.log_marginals(&state));
+                assert_eq!(scaled.len(), log.len());
+                for (a, b) in scaled.iter().zip(&log) {
+                    assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+                }
+            }
+        }
+        // Each position's scores leave one label in e^-1000 of the others, and the one
+        // transition between the two best is e^-800: the scaled forward pass sums to 0.
+        let trans = vec![0.0, -800.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let crf = Crf::new(labels, attrs, weights, trans).unwrap();
+        let state = [0.0, -1000.0, -1000.0, -1000.0, 0.0, -1000.0];
+        let marginals = crf.marginals(&state);
+        assert_eq!(marginals, crf.log_marginals(&state));
+        for row in marginals.chunks(3) {
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         }
     }
 
