@@ -199,7 +199,8 @@ pub struct Words {
 impl Words {
     /// Interned `columns` (name, array, what stands for its nulls: `None` keeps them null),
     /// of one length, laid out as sequences of `per_sequence[s]` positions. Strings are taken
-    /// as they are, booleans as `true`/`false`, integers in decimal.
+    /// as they are, booleans as `true`/`false`, integers in decimal (a column of type null
+    /// is all nulls).
     pub fn new(
         columns: &[(String, ArrayRef, Option<String>)],
         per_sequence: &[i64],
@@ -249,6 +250,10 @@ impl Words {
                         .collect();
                     (ids, values)
                 }
+                DataType::Null => match fill {
+                    Some(f) => (vec![0; array.len()], vec![f.to_string()]),
+                    None => (vec![NONE; array.len()], Vec::new()),
+                },
                 DataType::Int8 => intern_primitive(array.as_primitive::<Int8Type>(), fill),
                 DataType::Int16 => intern_primitive(array.as_primitive::<Int16Type>(), fill),
                 DataType::Int32 => intern_primitive(array.as_primitive::<Int32Type>(), fill),
@@ -777,6 +782,20 @@ mod tests {
         assert!(Words::new(&one("w", &a), &[3, -1]).is_err());
         let twice = [one("w", &a), one("w", &a)].concat();
         assert!(Words::new(&twice, &[2]).is_err());
+        let nulls: ArrayRef = Arc::new(arrow_array::NullArray::new(2));
+        let only = |fill: Option<&str>| {
+            let words = Words::new(
+                &[("n".into(), nulls.clone(), fill.map(str::to_string))],
+                &[2],
+            );
+            let feature = Feature {
+                prefix: "n=".into(),
+                parts: vec![part("n", "", 0)],
+            };
+            words.unwrap().attributes(&[feature]).unwrap().remove(0)
+        };
+        assert_eq!(only(None), vec![None, None]);
+        assert_eq!(only(Some("na")), vec![Some("n=na".to_string()); 2]);
         let floats: ArrayRef = Arc::new(arrow_array::Float64Array::from(vec![1.0, 2.0]));
         assert!(Words::new(&one("f", &floats), &[2]).is_err());
         let words = Words::new(&one("w", &a), &[1, 1]).unwrap();
