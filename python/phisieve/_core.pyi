@@ -140,6 +140,7 @@ class CrfTagger:
         template: list[tuple[str, list[tuple[str, str, int]]]],
         background: str | None = None,
         path: bool = True,
+        exact: tuple[float, list[float]] | None = None,
     ) -> tuple[pa.Array, pa.Array, pa.Array]:
         """:meth:`tag` over the attributes of ``template`` built from ``words``
         (``(prefix, [(column, transform, offset), ...])`` per feature, in the order of
@@ -147,7 +148,15 @@ class CrfTagger:
         distinct attribute looked up once, without a string per word. Returns the best
         labelling's label numbers (uint32; empty unless ``path``), and per position the
         probability of a label other than ``background`` (float64, the sum of their marginals,
-        in label order) and the most likely of them (uint32; ``background`` when none)."""
+        in label order) and the most likely of them (uint32; ``background`` when none).
+
+        The forward-backward runs over scaled probabilities, which differ from log space by
+        about 1e-12 (relative). ``exact``, ``(scored_from, thresholds)``, names what must
+        come out as in log space: whether a probability reaches each threshold, and for the
+        positions whose probability becomes a score (a label other than ``background`` in
+        the best labelling, or a probability of ``scored_from`` or more) its ``float32``
+        rounding and most likely label; a note where the scaled pass might not give them so
+        is done again in log space."""
 
 class CrfWords:
     """The words of sequences as interned columns, for :meth:`CrfTagger.tag_words`

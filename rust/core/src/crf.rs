@@ -41,6 +41,37 @@ pub struct Summary {
     pub best: Vec<u32>,
 }
 
+/// How far (relative) the scaled forward-backward's probabilities are taken to be from the
+/// log-space ones: about 1e-12 apart in practice (the log-space sums lose digits to the size of
+/// the log-partition), so 1e-10 leaves a wide margin.
+const DOUBT: f64 = 1e-10;
+
+/// What must come out of [`Crf::tag_words`](crate::crf_words) as forward-backward in log
+/// space gives it (the results of phisieve before the scaled forward-backward, byte for
+/// byte): the decisions on the probability `p` of the labels other than the background one,
+/// and the `f32` scores of the positions that become spans. The scaled pass differs from the
+/// log-space one by far less than [`DOUBT`]; where `p` is within `DOUBT` of a threshold, of
+/// where its `f32` rounding changes, or of a tie between the most likely labels, in a
+/// position that counts, the sequence is done again in log space (a few in a hundred).
+pub struct Exact {
+    /// The positions whose `p` becomes a score (a span's): those the best labelling gives a
+    /// label other than the background, and those of `p` at least this.
+    pub scored_from: f64,
+    /// The probabilities `p` is compared with.
+    pub thresholds: Vec<f64>,
+}
+
+impl Exact {
+    /// Whether `p`, known to within [`DOUBT`], might fall on the other side of a threshold,
+    /// or (when the position is `scored`) round to another `f32`, or (`tie`) name another
+    /// most likely label.
+    fn doubtful(&self, p: f64, tie: bool, scored: bool) -> bool {
+        let (lo, hi) = (p * (1.0 - DOUBT), p * (1.0 + DOUBT));
+        tie || self.thresholds.iter().any(|&x| (lo >= x) != (hi >= x))
+            || (scored && lo as f32 != hi as f32)
+    }
+}
+
 fn log_sum_exp(values: impl Iterator<Item = f64> + Clone) -> f64 {
     let top = values.clone().fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY {
@@ -188,41 +219,67 @@ impl Crf {
     /// than `background` (a label number; `None`: every label counts): their probability
     /// (the sum of their marginals, in label order) and the most likely of them (ties: the
     /// lower number; `background` when there is none). The best labelling only when `path`.
+    /// With `exact`, a sequence whose results the scaled forward-backward might not give as
+    /// the log-space one would is done again in log space ([`Exact`]).
     pub(crate) fn summary_by<F>(
         &self,
         seq_start: &[usize],
         background: Option<usize>,
         path: bool,
+        exact: Option<&Exact>,
         state: F,
     ) -> Summary
     where
         F: Fn(usize, &mut [f64]) + Sync,
     {
         let l = self.labels.len();
-        let parts = self.each_sequence(seq_start, state, |scores| {
-            let labels = if path {
-                self.viterbi(scores)
-            } else {
-                Vec::new()
-            };
-            let marginals = self.marginals(scores);
+        // Per position: the probability of the other labels, the most likely of them, and
+        // whether the second most likely is within `DOUBT` of it.
+        let summarize = |marginals: &[f64]| {
             let n = marginals.len() / l;
-            let (mut p, mut best) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            let (mut p, mut best, mut tie) = (
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+            );
             for row in marginals.chunks_exact(l) {
                 let mut sum = 0.0;
-                let mut top: Option<(usize, f64)> = None;
+                let (mut top, mut second): (Option<(usize, f64)>, f64) = (None, 0.0);
                 for (j, &m) in row.iter().enumerate() {
                     if Some(j) == background {
                         continue;
                     }
                     sum += m;
                     match top {
-                        Some((_, t)) if m <= t => {}
-                        _ => top = Some((j, m)),
+                        Some((_, t)) if m <= t => second = second.max(m),
+                        _ => {
+                            second = top.map_or(0.0, |(_, t)| t);
+                            top = Some((j, m));
+                        }
                     }
                 }
                 p.push(sum);
                 best.push(top.map_or(background.unwrap_or(0), |(j, _)| j) as u32);
+                tie.push(top.is_some_and(|(_, t)| second >= t * (1.0 - 2.0 * DOUBT)));
+            }
+            (p, best, tie)
+        };
+        let parts = self.each_sequence(seq_start, state, |scores| {
+            let labels = if path {
+                self.viterbi(scores)
+            } else {
+                Vec::new()
+            };
+            let (mut p, mut best, tie) = summarize(&self.marginals(scores));
+            if let Some(exact) = exact {
+                let doubtful = (0..p.len()).any(|t| {
+                    let scored = (path && Some(labels[t] as usize) != background)
+                        || p[t] >= exact.scored_from;
+                    exact.doubtful(p[t], scored && tie[t], scored)
+                });
+                if doubtful {
+                    (p, best, _) = summarize(&self.log_marginals(scores));
+                }
             }
             (labels, p, best)
         });
@@ -525,6 +582,56 @@ mod tests {
         for row in marginals.chunks(3) {
             assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn exact_sequences_near_a_threshold_are_done_in_log_space() {
+        let labels = vec!["O".into(), "NAME".into(), "DATE".into()];
+        let trans = vec![1.0, -0.5, 0.3, 0.2, 0.8, -1.0, -0.4, 0.1, 0.6];
+        let crf = Crf::new(labels, vec!["a".into()], vec![0.0; 3], trans).unwrap();
+        let mut seed = 3u64;
+        let state: Vec<f64> = (0..60 * 3)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 300.0
+            })
+            .collect();
+        let starts = [0, 20, 60];
+        let fill =
+            |a: usize, out: &mut [f64]| out.copy_from_slice(&state[a * 3..a * 3 + out.len()]);
+        let run = |exact: Option<&Exact>| crf.summary_by(&starts, Some(0), true, exact, fill);
+        let scaled = run(None);
+        // In log space, by hand.
+        let mut log_p = Vec::new();
+        for s in 0..2 {
+            let m = crf.log_marginals(&state[starts[s] * 3..starts[s + 1] * 3]);
+            log_p.extend(m.chunks(3).map(|r| 0.0 + r[1] + r[2]));
+        }
+        let quiet = Exact {
+            scored_from: f64::INFINITY,
+            thresholds: vec![],
+        };
+        // Nothing doubtful: the scaled pass stands (it differs from log space a little).
+        let none = run(Some(&quiet));
+        assert_eq!(none.p, scaled.p);
+        for (a, b) in scaled.p.iter().zip(&log_p) {
+            assert!(
+                (a - b).abs() <= 1e-12 * b.max(1e-300) + 1e-300,
+                "{a} vs {b}"
+            );
+        }
+        // A threshold at one word's probability in the second sequence: that sequence is
+        // done again in log space, the first is not.
+        let near = Exact {
+            scored_from: f64::INFINITY,
+            thresholds: vec![scaled.p[30]],
+        };
+        let redone = run(Some(&near));
+        assert_eq!(redone.p[..20], scaled.p[..20]);
+        assert_eq!(redone.p[20..], log_p[20..]);
+        assert_eq!(redone.labels, scaled.labels);
     }
 
     #[test]

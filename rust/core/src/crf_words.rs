@@ -13,7 +13,7 @@
 //! per call (a feature of two parts: each distinct pair), so tagging costs a few table reads
 //! per position and feature.
 
-use crate::crf::{Crf, Summary};
+use crate::crf::{Crf, Exact, Summary};
 use crate::error::{CoreError, Result};
 use crate::text::StrCol;
 use arrow_array::cast::AsArray;
@@ -404,13 +404,14 @@ impl Crf {
     /// [`Crf::tag`] takes attribute columns): the same as [`Crf::tag`] over
     /// [`Words::attributes`], each distinct attribute formatted and looked up once, and
     /// summed up as [`Summary`] (the labels other than `background`; the best labelling
-    /// only when `path`).
+    /// only when `path`), as forward-backward in log space gives them where `exact` says.
     pub fn tag_words(
         &self,
         words: &Words,
         template: &[Feature],
         background: Option<&str>,
         path: bool,
+        exact: Option<&Exact>,
     ) -> Result<Summary> {
         let compiled = words.compile(template)?;
         let background = match background {
@@ -502,7 +503,7 @@ impl Crf {
         // Feature by feature over a sequence's positions: each position still adds its
         // features' weights in the template's order, as `tag` does.
         Ok(
-            self.summary_by(&words.seq_start, background, path, |a, state| {
+            self.summary_by(&words.seq_start, background, path, exact, |a, state| {
                 let b = a + state.len() / l;
                 for lookup in &lookups {
                     match lookup {
@@ -755,7 +756,9 @@ mod tests {
             .collect();
         let want = crf.tag(&cols, &[3, 0, 2]).unwrap();
         for background in [Some("O"), Some("B"), Some("nothing"), None] {
-            let got = crf.tag_words(&words, &template, background, true).unwrap();
+            let got = crf
+                .tag_words(&words, &template, background, true, None)
+                .unwrap();
             assert_eq!(got.labels, want.labels);
             let skip = background.and_then(|b| ["O", "A", "B"].iter().position(|x| *x == b));
             for (t, row) in want.marginals.chunks(l).enumerate() {
@@ -768,7 +771,9 @@ mod tests {
                 assert_eq!(got.p[t], p);
                 assert_eq!(got.best[t], best as u32);
             }
-            let no_path = crf.tag_words(&words, &template, background, false).unwrap();
+            let no_path = crf
+                .tag_words(&words, &template, background, false, None)
+                .unwrap();
             assert!(no_path.labels.is_empty());
             assert_eq!((no_path.p, no_path.best), (got.p, got.best));
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
+use phisieve_core::crf::Exact;
 use phisieve_core::crf_words::{Feature, Part, Transform, Words};
 use phisieve_core::text::StrCol;
 use phisieve_core::CoreError;
@@ -70,8 +71,9 @@ impl CrfTagger {
     /// `tag` would over `words.attributes(template)`, without a string per word. Returns
     /// the best labelling's label numbers (uint32; empty unless `path`), and per position the
     /// probability of a label other than `background` (float64, the sum of their marginals)
-    /// and the most likely of them (uint32).
-    #[pyo3(signature = (words, template, background = None, path = true))]
+    /// and the most likely of them (uint32). `exact`: `(scored_from, thresholds)`, see
+    /// `phisieve_core::crf::Exact`.
+    #[pyo3(signature = (words, template, background = None, path = true, exact = None))]
     fn tag_words<'py>(
         &self,
         py: Python<'py>,
@@ -79,12 +81,17 @@ impl CrfTagger {
         template: Template,
         background: Option<String>,
         path: bool,
+        exact: Option<(f64, Vec<f64>)>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let template = features(py, template)?;
         let background = background.as_deref();
+        let exact = exact.map(|(scored_from, thresholds)| Exact {
+            scored_from,
+            thresholds,
+        });
         let found = run(py, || {
             self.inner
-                .tag_words(&words.inner, &template, background, path)
+                .tag_words(&words.inner, &template, background, path, exact.as_ref())
         })?;
         let labels = to_pyarrow(py, Arc::new(arrow_array::UInt32Array::from(found.labels)))?;
         let p = to_pyarrow(py, Arc::new(arrow_array::Float64Array::from(found.p)))?;

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -446,12 +447,22 @@ def read_info(folder: Path) -> dict[str, Any]:
 
 
 def _tagged(
-    tagger: Any, words: Any, template: list[tuple[str, list[Part]]], path: bool = True
+    tagger: Any,
+    words: Any,
+    template: list[tuple[str, list[Part]]],
+    thresholds: list[float],
+    scored_from: float = math.inf,
+    path: bool = True,
 ) -> tuple[pl.Series | None, np.ndarray, pl.Series]:
     """One CRF over the ``template`` features of ``words`` (:func:`crf_words`): each word's
     Viterbi label (when ``path``), PHI probability (the sum over the PHI labels' marginals)
-    and most likely PHI label."""
-    labels, p_phi, best = tagger.tag_words(words, template, background="O", path=path)
+    and most likely PHI label. The comparisons with ``thresholds``, and the ``float32``
+    scores and labels of the words that become spans (a PHI Viterbi label, or a PHI
+    probability of ``scored_from`` or more) are those of forward-backward in log space
+    (:meth:`phisieve._core.CrfTagger.tag_words`)."""
+    labels, p_phi, best = tagger.tag_words(
+        words, template, background="O", path=path, exact=(scored_from, thresholds)
+    )
     names = pl.Series(list(tagger.labels), dtype=pl.String)
     tags = names.gather(np.asarray(labels)) if path else None
     return tags, np.asarray(p_phi), names.gather(np.asarray(best))
@@ -521,11 +532,13 @@ class CrfRecognizer:
             spans = spans.filter(pl.col("row").is_between(rows.min(), rows.max()))
         feats = _word_values(tok, spans)
         interned = crf_words(feats)
-        tags, p_phi, _ = _tagged(self._tagger, interned, TEMPLATE)
+        tags, p_phi, _ = _tagged(self._tagger, interned, TEMPLATE, [self.verify])
         none = pl.repeat("O", feats.height, dtype=pl.String, eager=True)
         found, p_find = none, np.zeros(feats.height)
         if self.find < 1.0:
-            _, p_find, best = _tagged(self._finder, interned, LEXICAL, path=False)
+            _, p_find, best = _tagged(
+                self._finder, interned, LEXICAL, [self.find], scored_from=self.find, path=False
+            )
             found = best.zip_with(pl.Series(p_find >= self.find), none)
         words = feats.select("row", "s", "e").with_columns(
             tag=tags,
