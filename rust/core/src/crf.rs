@@ -233,16 +233,10 @@ impl Crf {
         F: Fn(usize, &mut [f64]) + Sync,
     {
         let l = self.labels.len();
-        // Per position: the probability of the other labels, the most likely of them, and
-        // whether the second most likely is within `DOUBT` of it.
-        let summarize = |marginals: &[f64]| {
-            let n = marginals.len() / l;
-            let (mut p, mut best, mut tie) = (
-                Vec::with_capacity(n),
-                Vec::with_capacity(n),
-                Vec::with_capacity(n),
-            );
-            for row in marginals.chunks_exact(l) {
+        // Per position: the probability of the other labels and the most likely of them
+        // (into `p` and `best`), and whether the second most likely is within `DOUBT` of it.
+        let summarize = |marginals: &[f64], p: &mut [f64], best: &mut [u32], tie: &mut [bool]| {
+            for (t, row) in marginals.chunks_exact(l).enumerate() {
                 let mut sum = 0.0;
                 let (mut top, mut second): (Option<(usize, f64)>, f64) = (None, 0.0);
                 for (j, &m) in row.iter().enumerate() {
@@ -258,42 +252,51 @@ impl Crf {
                         }
                     }
                 }
-                p.push(sum);
-                best.push(top.map_or(background.unwrap_or(0), |(j, _)| j) as u32);
-                tie.push(top.is_some_and(|(_, t)| second >= t * (1.0 - 2.0 * DOUBT)));
+                p[t] = sum;
+                best[t] = top.map_or(background.unwrap_or(0), |(j, _)| j) as u32;
+                tie[t] = top.is_some_and(|(_, t)| second >= t * (1.0 - 2.0 * DOUBT));
             }
-            (p, best, tie)
         };
-        let parts = self.each_sequence(seq_start, state, |scores| {
-            let labels = if path {
-                self.viterbi(scores)
-            } else {
-                Vec::new()
-            };
-            let (mut p, mut best, tie) = summarize(&self.marginals(scores));
+        // The results, written in place: each sequence's own slices of them.
+        let rows = seq_start.last().copied().unwrap_or(0);
+        let mut out = Summary {
+            labels: vec![0; if path { rows } else { 0 }],
+            p: vec![0.0; rows],
+            best: vec![0; rows],
+        };
+        let mut parts = Vec::with_capacity(seq_start.len().saturating_sub(1));
+        let (mut labels, mut p, mut best) =
+            (&mut out.labels[..], &mut out.p[..], &mut out.best[..]);
+        for w in seq_start.windows(2) {
+            let n = w[1] - w[0];
+            let (these, rest) = std::mem::take(&mut labels).split_at_mut(if path { n } else { 0 });
+            labels = rest;
+            let (p_here, rest) = std::mem::take(&mut p).split_at_mut(n);
+            p = rest;
+            let (best_here, rest) = std::mem::take(&mut best).split_at_mut(n);
+            best = rest;
+            parts.push((w[0], these, p_here, best_here));
+        }
+        parts.into_par_iter().for_each(|(a, labels, p, best)| {
+            let n = p.len();
+            let mut scores = vec![0.0; n * l];
+            state(a, &mut scores);
+            if path {
+                labels.copy_from_slice(&self.viterbi(&scores));
+            }
+            let mut tie = vec![false; n];
+            summarize(&self.marginals(&scores), p, best, &mut tie);
             if let Some(exact) = exact {
-                let doubtful = (0..p.len()).any(|t| {
+                let doubtful = (0..n).any(|t| {
                     let scored = (path && Some(labels[t] as usize) != background)
                         || p[t] >= exact.scored_from;
                     exact.doubtful(p[t], scored && tie[t], scored)
                 });
                 if doubtful {
-                    (p, best, _) = summarize(&self.log_marginals(scores));
+                    summarize(&self.log_marginals(&scores), p, best, &mut tie);
                 }
             }
-            (labels, p, best)
         });
-        let rows = seq_start.last().copied().unwrap_or(0);
-        let mut out = Summary {
-            labels: Vec::with_capacity(if path { rows } else { 0 }),
-            p: Vec::with_capacity(rows),
-            best: Vec::with_capacity(rows),
-        };
-        for (labels, p, best) in parts {
-            out.labels.extend(labels);
-            out.p.extend(p);
-            out.best.extend(best);
-        }
         out
     }
 

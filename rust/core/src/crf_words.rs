@@ -22,6 +22,7 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray};
 use arrow_schema::DataType;
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::fmt::Display;
 use std::hash::Hash;
@@ -159,9 +160,18 @@ impl<K: Hash + Eq> Interner<K> {
 
 fn intern_strings(col: StrCol<'_>, fill: Option<&str>) -> (Vec<u32>, Vec<String>) {
     let mut interner = Interner::new();
+    // A value is often the one before (no span, a space before the word): no hash then.
+    let mut last: Option<(&str, u32)> = None;
     let ids = (0..col.len())
         .map(|i| match col.get(i).or(fill) {
-            Some(v) => interner.id(v, || v.to_string()),
+            Some(v) => match last {
+                Some((w, id)) if w == v => id,
+                _ => {
+                    let id = interner.id(v, || v.to_string());
+                    last = Some((v, id));
+                    id
+                }
+            },
             None => NONE,
         })
         .collect();
@@ -216,64 +226,69 @@ impl Words {
             at += n as usize;
             seq_start.push(at);
         }
-        let mut out = Vec::with_capacity(columns.len());
-        for (name, array, fill) in columns {
+        for (k, (name, array, _)) in columns.iter().enumerate() {
             if array.len() != at {
                 return Err(bad(format!(
                     "column {name:?} has {} rows; the sequences have {at} positions",
                     array.len()
                 )));
             }
-            if out.iter().any(|c: &Column| &c.name == name) {
+            if columns[..k].iter().any(|(other, _, _)| other == name) {
                 return Err(bad(format!("column {name:?} is given twice")));
             }
-            let fill = fill.as_deref();
-            let (ids, values) = match array.data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                    intern_strings(StrCol::new(array, "word column")?, fill)
-                }
-                DataType::Boolean => {
-                    let b = array.as_boolean();
-                    let mut values = vec!["false".to_string(), "true".to_string()];
-                    if let Some(f) = fill {
-                        values.push(f.to_string());
-                    }
-                    let null = if fill.is_some() { 2 } else { NONE };
-                    let ids = (0..b.len())
-                        .map(|i| {
-                            if b.is_valid(i) {
-                                b.value(i) as u32
-                            } else {
-                                null
-                            }
-                        })
-                        .collect();
-                    (ids, values)
-                }
-                DataType::Null => match fill {
-                    Some(f) => (vec![0; array.len()], vec![f.to_string()]),
-                    None => (vec![NONE; array.len()], Vec::new()),
-                },
-                DataType::Int8 => intern_primitive(array.as_primitive::<Int8Type>(), fill),
-                DataType::Int16 => intern_primitive(array.as_primitive::<Int16Type>(), fill),
-                DataType::Int32 => intern_primitive(array.as_primitive::<Int32Type>(), fill),
-                DataType::Int64 => intern_primitive(array.as_primitive::<Int64Type>(), fill),
-                DataType::UInt8 => intern_primitive(array.as_primitive::<UInt8Type>(), fill),
-                DataType::UInt16 => intern_primitive(array.as_primitive::<UInt16Type>(), fill),
-                DataType::UInt32 => intern_primitive(array.as_primitive::<UInt32Type>(), fill),
-                DataType::UInt64 => intern_primitive(array.as_primitive::<UInt64Type>(), fill),
-                other => {
-                    return Err(bad(format!(
-                        "column {name:?} must be strings, booleans or integers, not {other}"
-                    )))
-                }
-            };
-            out.push(Column {
-                name: name.clone(),
-                ids,
-                values,
-            });
         }
+        // The columns are interned in parallel.
+        let out = columns
+            .par_iter()
+            .map(|(name, array, fill)| {
+                let fill = fill.as_deref();
+                let (ids, values) = match array.data_type() {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                        intern_strings(StrCol::new(array, "word column")?, fill)
+                    }
+                    DataType::Boolean => {
+                        let b = array.as_boolean();
+                        let mut values = vec!["false".to_string(), "true".to_string()];
+                        if let Some(f) = fill {
+                            values.push(f.to_string());
+                        }
+                        let null = if fill.is_some() { 2 } else { NONE };
+                        let ids = (0..b.len())
+                            .map(|i| {
+                                if b.is_valid(i) {
+                                    b.value(i) as u32
+                                } else {
+                                    null
+                                }
+                            })
+                            .collect();
+                        (ids, values)
+                    }
+                    DataType::Null => match fill {
+                        Some(f) => (vec![0; array.len()], vec![f.to_string()]),
+                        None => (vec![NONE; array.len()], Vec::new()),
+                    },
+                    DataType::Int8 => intern_primitive(array.as_primitive::<Int8Type>(), fill),
+                    DataType::Int16 => intern_primitive(array.as_primitive::<Int16Type>(), fill),
+                    DataType::Int32 => intern_primitive(array.as_primitive::<Int32Type>(), fill),
+                    DataType::Int64 => intern_primitive(array.as_primitive::<Int64Type>(), fill),
+                    DataType::UInt8 => intern_primitive(array.as_primitive::<UInt8Type>(), fill),
+                    DataType::UInt16 => intern_primitive(array.as_primitive::<UInt16Type>(), fill),
+                    DataType::UInt32 => intern_primitive(array.as_primitive::<UInt32Type>(), fill),
+                    DataType::UInt64 => intern_primitive(array.as_primitive::<UInt64Type>(), fill),
+                    other => {
+                        return Err(bad(format!(
+                            "column {name:?} must be strings, booleans or integers, not {other}"
+                        )))
+                    }
+                };
+                Ok(Column {
+                    name: name.clone(),
+                    ids,
+                    values,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             columns: out,
             seq_start,
