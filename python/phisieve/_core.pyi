@@ -134,6 +134,44 @@ class CrfTagger:
         position ``t``'s attributes are the values at row ``t`` of ``columns`` (string arrays
         of one length; a null is no attribute), ``per_sequence`` (int64) how many positions
         each sequence has."""
+    def tag_words(
+        self,
+        words: CrfWords,
+        template: list[tuple[str, list[tuple[str, str, int]]]],
+        background: str | None = None,
+        path: bool = True,
+        exact: tuple[float, list[float]] | None = None,
+    ) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """:meth:`tag` over the attributes of ``template`` built from ``words``
+        (``(prefix, [(column, transform, offset), ...])`` per feature, in the order of
+        :meth:`tag`'s columns; :meth:`CrfWords.attributes` gives them as strings), each
+        distinct attribute looked up once, without a string per word. Returns the best
+        labelling's label numbers (uint32; empty unless ``path``), and per position the
+        probability of a label other than ``background`` (float64, the sum of their marginals,
+        in label order) and the most likely of them (uint32; ``background`` when none).
+
+        The forward-backward runs over scaled probabilities, which differ from log space by
+        about 1e-12 (relative). ``exact``, ``(scored_from, thresholds)``, names what must
+        come out as in log space: whether a probability reaches each threshold, and for the
+        positions whose probability becomes a score (a label other than ``background`` in
+        the best labelling, or a probability of ``scored_from`` or more) its ``float32``
+        rounding and most likely label; a note where the scaled pass might not give them so
+        is done again in log space."""
+
+class CrfWords:
+    """The words of sequences as interned columns, for :meth:`CrfTagger.tag_words`
+    (``phisieve_core::crf_words``)."""
+
+    def __init__(self, columns: list[tuple[str, Any, str | None]], per_sequence: Any) -> None: ...
+    def __len__(self) -> int: ...
+    def attributes(self, template: list[tuple[str, list[tuple[str, str, int]]]]) -> list[pa.Array]:
+        """Each feature's attribute at every position (a string array per feature; a null is
+        no attribute): its prefix, then its parts' values joined by ``|``, each part the
+        value of a column ``offset`` positions away in the same sequence (``#`` past its
+        ends; a null makes no attribute), transformed (``""``, ``first:N``, ``last:N``,
+        ``len:N``, ``shape``). ``columns``: ``(name, array, null)``, strings, booleans
+        (``true``/``false``) or integers (decimal), ``null`` standing for the nulls (``None``
+        keeps them null); ``per_sequence`` (int64) how many positions each sequence has."""
 
 class Packer:
     """Packs documents into model sequences for ``encode`` (``phisieve_core::pack``)."""

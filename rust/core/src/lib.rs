@@ -17,6 +17,7 @@
 
 pub mod align;
 pub mod crf;
+pub mod crf_words;
 pub mod error;
 pub mod hash;
 pub mod ignorable;

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ FIND = 0.5
 
 CHUNK_WORDS = 250_000
 """About how many words the CRF tags at once (:meth:`CrfRecognizer.tag`): bounds the memory
-of its feature strings (~35 per word)."""
+of its word columns and tables (:func:`crf_words`, about 100 bytes a word)."""
 
 MODEL_FILE = "crf.crfsuite"
 FINDER_FILE = "finder.crfsuite"
@@ -127,11 +128,37 @@ def _char_class(cp: np.ndarray) -> np.ndarray:
     return out
 
 
+_ASCII_CLASSES = _char_class(np.arange(128, dtype=np.uint32))
+
+
+def _char_classes(cp: np.ndarray) -> pl.Series:
+    """:func:`_char_class` of every code point of ``cp``, as strings: a table for ASCII, the
+    class of each distinct other code point worked out once."""
+    codes = cp.astype(np.int64)
+    table = _ASCII_CLASSES
+    wide = codes >= len(table)
+    if wide.any():
+        distinct, at = np.unique(codes[wide], return_inverse=True)
+        table = np.concatenate([table, _char_class(distinct)])
+        codes[wide] = len(_ASCII_CLASSES) + at
+    return pl.Series(table, dtype=pl.String).gather(codes)
+
+
+def sorted_words(tok: pl.DataFrame) -> pl.DataFrame:
+    """``tok`` sorted by ``row``, ``i`` (itself when it already is: a sort of every column
+    costs)."""
+    if tok.height > 1:
+        row, i = (np.diff(tok.get_column(c).to_numpy()) for c in ("row", "i"))
+        if not np.all((row > 0) | ((row == 0) & (i > 0))):
+            return tok.sort("row", "i")
+    return tok
+
+
 def token_table(texts: pa.Array, words: pl.DataFrame) -> pl.DataFrame:
     """``words`` (the dictionaries' word table of ``texts``: ``row``, ``i``, ``s``, ``e``,
     ``w``, ``raw`` and the lexicon columns, :func:`~phisieve.detect.recognizers.dictionaries.
     features`) with the characters just before (``cb``) and after (``ca``) each word."""
-    tok = words.sort("row", "i")
+    tok = sorted_words(words)
     notes = [t or "" for t in texts.to_pylist()]
     # Code points of all notes back to back, a 0 between notes (start and end markers).
     cps = np.frombuffer("\0".join(["", *notes, ""]).encode("utf-32-le"), dtype=np.uint32)
@@ -139,10 +166,7 @@ def token_table(texts: pa.Array, words: pl.DataFrame) -> pl.DataFrame:
     rows = tok.get_column("row").to_numpy()
     s = tok.get_column("s").to_numpy() + base[rows]
     e = tok.get_column("e").to_numpy() + base[rows]
-    return tok.with_columns(
-        cb=pl.Series(_char_class(cps[s - 1]), dtype=pl.String),
-        ca=pl.Series(_char_class(cps[e]), dtype=pl.String),
-    )
+    return tok.with_columns(cb=_char_classes(cps[s - 1]), ca=_char_classes(cps[e]))
 
 
 def _shape(col: pl.Expr) -> pl.Expr:
@@ -199,38 +223,36 @@ def overlaps(words: pl.DataFrame, spans: pl.DataFrame) -> tuple[np.ndarray, np.n
     return span_index, first + np.arange(int(counts.sum()))
 
 
-def _covering(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Per word (``row``, ``i``): the sorted, ``|``-joined ``recognizer:LABEL`` of the spans
-    that cover it."""
+def _covering(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.Series:
+    """Per word of ``tok`` (sorted by ``row``, ``i``): the sorted, ``|``-joined
+    ``recognizer:LABEL`` of the spans that cover it (``""`` for none)."""
+    out = pl.repeat("", tok.height, dtype=pl.String, eager=True).alias("srcs")
     span_index, word_index = overlaps(tok, spans)
     if not len(span_index):
-        return pl.DataFrame(schema={"row": pl.Int64, "i": pl.Int64, "srcs": pl.String})
+        return out
     named = spans.select(src=pl.col("source").str.split("+"), label=pl.col("label")).with_columns(
         src=pl.col("src").list.eval(pl.element().str.replace(r":.*", "")),
     )
     pairs = pl.DataFrame({"_span": span_index, "_word": word_index})
-    return (
+    found = (
         pairs.join(named.with_row_index("_span").cast({"_span": pl.Int64}), on="_span")
-        .join(tok.select("row", "i").with_row_index("_word").cast({"_word": pl.Int64}), on="_word")
         .explode("src")
         .with_columns(src=pl.col("src") + ":" + pl.col("label"))
-        .group_by("row", "i")
+        .group_by("_word")
         .agg(pl.col("src").unique().sort().str.join("|").alias("srcs"))
     )
+    return out.scatter(found.get_column("_word"), found.get_column("srcs"))
 
 
-def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Each word's CRF features (``row``, ``i``, ``s``, ``e``, then one string column per
-    feature, :func:`feature_columns`) from
-    :func:`token_table` and the other recognizers' merged ``spans`` (``row``, ``start``,
-    ``end``, ``label``, ``source``). Features of format :data:`FORMAT`."""
-    tok = tok.join(_covering(tok, spans), on=["row", "i"], how="left").sort("row", "i")
+def _word_values(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """The words of :func:`token_table`, sorted, with the values their features are made of
+    that are not in that table: ``srcs`` (:func:`_covering`), ``zb`` (Zipf frequency in half
+    steps) and ``pb`` (patients who use the word, in buckets)."""
+    tok = sorted_words(tok)
     patients = pl.col("patients")
-    tok = tok.with_columns(
-        shp=_shape(pl.col("raw").fill_null("")),
-        p3=pl.col("w").str.slice(0, 3),
-        s3=pl.col("w").str.slice(-3),
-        zb=(pl.col("zipf") * 2).round().cast(pl.Int32).cast(pl.String),
+    return tok.with_columns(
+        srcs=_covering(tok, spans),
+        zb=(pl.col("zipf") * 2).round().cast(pl.Int32),
         pb=pl.when(patients.is_null())
         .then(pl.lit("na"))
         .when(patients <= 1)
@@ -240,8 +262,23 @@ def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         .when(patients <= 5)
         .then(pl.lit("5"))
         .otherwise(pl.lit("many")),
+    )
+
+
+def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Each word's CRF features (``row``, ``i``, ``s``, ``e``, then one string column per
+    feature, :func:`feature_columns`) from
+    :func:`token_table` and the other recognizers' merged ``spans`` (``row``, ``start``,
+    ``end``, ``label``, ``source``). Features of format :data:`FORMAT`.
+
+    The reference of the features, as strings (what training reads);
+    :meth:`CrfRecognizer.tag` builds the same attributes in Rust from :data:`TEMPLATE`."""
+    tok = _word_values(tok, spans).with_columns(
+        shp=_shape(pl.col("raw").fill_null("")),
+        p3=pl.col("w").str.slice(0, 3),
+        s3=pl.col("w").str.slice(-3),
+        zb=pl.col("zb").cast(pl.String),
         ln=pl.col("w").str.len_chars().clip(0, 10).cast(pl.String),
-        srcs=pl.col("srcs").fill_null(""),
     )
 
     def at(col: str, k: int) -> pl.Expr:
@@ -287,6 +324,77 @@ def feature_columns(features: pl.DataFrame, spans: bool = True) -> list[str]:
     (``f00``...), then, when ``spans``, those of the other recognizers' spans (``g00``...)."""
     kinds = ("f", "g") if spans else ("f",)
     return [c for c in features.columns if c[:1] in kinds and c[1:].isdigit()]
+
+
+Part = tuple[str, str, int]
+"""A part of a feature in :data:`TEMPLATE`: a column of :data:`WORD_COLUMNS`, a transform
+(``""``, ``first:N``, ``last:N``, ``len:N``, ``shape``) and the offset of the word it reads
+(in the same note; ``#`` past its ends)."""
+
+FLAGS = ("first", "last", "vocab", "noun", "unit", "cap", "upper")
+
+WORD_COLUMNS: tuple[tuple[str, str | None], ...] = (
+    ("w", None),
+    ("raw", ""),
+    ("zb", None),
+    ("pb", None),
+    ("cb", None),
+    ("ca", None),
+    *((c, "na") for c in (*FLAGS, "brk")),
+    ("srcs", ""),
+)
+"""The word columns :data:`TEMPLATE` reads (:func:`_word_values`), with what stands for
+their nulls (``None``: a null stays null, and makes no attribute)."""
+
+
+NEIGHBOURS = (-2, -1, 1, 2)
+"""The other words of the window a word's features read."""
+
+LEXICAL: list[tuple[str, list[Part]]] = [
+    ("bias", []),
+    ("w=", [("w", "", 0)]),
+    ("shp=", [("raw", "shape", 0)]),
+    ("p3=", [("w", "first:3", 0)]),
+    ("s3=", [("w", "last:3", 0)]),
+    ("zb=", [("zb", "", 0)]),
+    ("pb=", [("pb", "", 0)]),
+    ("ln=", [("w", "len:10", 0)]),
+    ("cb=", [("cb", "", 0)]),
+    ("ca=", [("ca", "", 0)]),
+    *((f"{c}=", [(c, "", 0)]) for c in (*FLAGS, "brk")),
+    ("w-1|w=", [("w", "", -1), ("w", "", 0)]),
+    ("w|w+1=", [("w", "", 0), ("w", "", 1)]),
+    *(
+        feature
+        for k in NEIGHBOURS
+        for feature in ((f"w{k:+d}=", [("w", "", k)]), (f"shp{k:+d}=", [("raw", "shape", k)]))
+    ),
+]
+"""The word's own features (``f00``... of :func:`crf_features`), in order, as the Rust
+tagger builds them (:meth:`phisieve._core.CrfTagger.tag_words`): a prefix, then the values
+of the parts joined by ``|``."""
+
+FOUND: list[tuple[str, list[Part]]] = [
+    ("src=", [("srcs", "", 0)]),
+    *((f"src{k:+d}=", [("srcs", "", k)]) for k in NEIGHBOURS),
+]
+"""The features of the other recognizers' spans (``g00``...), in order."""
+
+TEMPLATE = LEXICAL + FOUND
+"""Every feature of format :data:`FORMAT`, in the order of :func:`feature_columns`."""
+
+
+def crf_words(values: pl.DataFrame) -> Any:
+    """The words of :func:`_word_values` (sorted by ``row``, ``i``) as the Rust tagger takes
+    them (:class:`phisieve._core.CrfWords`: the :data:`WORD_COLUMNS`, one sequence a
+    note)."""
+    from ... import _core
+
+    per_note = values.group_by("row", maintain_order=True).len().get_column("len")
+    return _core.CrfWords(
+        [(c, values.get_column(c).to_arrow(), null) for c, null in WORD_COLUMNS],
+        per_note.cast(pl.Int64).to_arrow(),
+    )
 
 
 def sequences(values: pl.DataFrame, rows: int) -> list[list[Any]]:
@@ -339,16 +447,25 @@ def read_info(folder: Path) -> dict[str, Any]:
 
 
 def _tagged(
-    tagger: Any, feats: pl.DataFrame, columns: list[str], per_note: pa.Array
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One CRF over the ``columns`` of ``feats``: each word's Viterbi label, PHI probability
-    (the sum over the PHI labels' marginals) and most likely PHI label."""
-    labels, marginals = tagger.tag([feats.get_column(c).to_arrow() for c in columns], per_note)
-    names = np.asarray(list(tagger.labels), dtype=object)
-    p = np.asarray(marginals).reshape(-1, len(names))
-    phi = np.flatnonzero(names != "O")
-    best = names[phi][p[:, phi].argmax(axis=1)] if len(phi) else np.full(len(p), "O", object)
-    return names[np.asarray(labels)], p[:, phi].sum(axis=1), best
+    tagger: Any,
+    words: Any,
+    template: list[tuple[str, list[Part]]],
+    thresholds: list[float],
+    scored_from: float = math.inf,
+    path: bool = True,
+) -> tuple[pl.Series | None, np.ndarray, pl.Series]:
+    """One CRF over the ``template`` features of ``words`` (:func:`crf_words`): each word's
+    Viterbi label (when ``path``), PHI probability (the sum over the PHI labels' marginals)
+    and most likely PHI label. The comparisons with ``thresholds``, and the ``float32``
+    scores and labels of the words that become spans (a PHI Viterbi label, or a PHI
+    probability of ``scored_from`` or more) are those of forward-backward in log space
+    (:meth:`phisieve._core.CrfTagger.tag_words`)."""
+    labels, p_phi, best = tagger.tag_words(
+        words, template, background="O", path=path, exact=(scored_from, thresholds)
+    )
+    names = pl.Series(list(tagger.labels), dtype=pl.String)
+    tags = names.gather(np.asarray(labels)) if path else None
+    return tags, np.asarray(p_phi), names.gather(np.asarray(best))
 
 
 @dataclass
@@ -409,9 +526,9 @@ class CrfRecognizer:
     def tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
         """Tag the words of notes (:func:`token_table`), given the other recognizers'
         merged ``spans``. The notes are tagged in runs of about :data:`CHUNK_WORDS` words,
-        so the feature strings of a large batch are never all held at once; the result does
+        so the tagger's tables of a large batch are never all held at once; the result does
         not depend on where the runs end (each note is tagged whole, on its own)."""
-        tok = tok.sort("row", "i")
+        tok = sorted_words(tok)
         parts = [
             self._tag(tok.filter(pl.col("row").is_between(lo, hi)), spans)
             for lo, hi in note_runs(tok.get_column("row"), CHUNK_WORDS)
@@ -424,20 +541,20 @@ class CrfRecognizer:
         if tok.height:
             rows = tok.get_column("row")
             spans = spans.filter(pl.col("row").is_between(rows.min(), rows.max()))
-        feats = crf_features(tok, spans).sort("row", "i")
-        per_note = feats.group_by("row", maintain_order=True).len().get_column("len")
-        per_note = per_note.cast(pl.Int64).to_arrow()
-
-        tags, p_phi, _ = _tagged(self._tagger, feats, feature_columns(feats), per_note)
-        found, p_find = np.full(feats.height, "O", dtype=object), np.zeros(feats.height)
+        feats = _word_values(tok, spans)
+        interned = crf_words(feats)
+        tags, p_phi, _ = _tagged(self._tagger, interned, TEMPLATE, [self.verify])
+        none = pl.repeat("O", feats.height, dtype=pl.String, eager=True)
+        found, p_find = none, np.zeros(feats.height)
         if self.find < 1.0:
-            columns = feature_columns(feats, spans=False)
-            _, p_find, best = _tagged(self._finder, feats, columns, per_note)
-            found = np.where(p_find >= self.find, best, "O")
+            _, p_find, best = _tagged(
+                self._finder, interned, LEXICAL, [self.find], scored_from=self.find, path=False
+            )
+            found = best.zip_with(pl.Series(p_find >= self.find), none)
         words = feats.select("row", "s", "e").with_columns(
-            tag=pl.Series(tags, dtype=pl.String),
+            tag=tags,
             p=pl.Series(p_phi, dtype=pl.Float64),
-            found=pl.Series(found, dtype=pl.String),
+            found=found,
             pf=pl.Series(p_find, dtype=pl.Float64),
         )
 
