@@ -258,10 +258,21 @@ def test_blocks_give_the_same_output_with_any_processes_and_batch_sizes(tmp_path
     from phisieve.fragments.stage import FragmentStage
     from phisieve.io.sources import open_source
 
+    docs = _read(synth_docs)
+    span = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string())])
+    gold = pa.table(
+        {
+            "doc_id": docs["doc_id"],
+            "spans": pa.array([[{"start": 0, "end": 40, "label": "NAME"}]] * docs.num_rows,
+                              pa.list_(span)),
+        }
+    )  # fmt: skip
+
     def run(name: str, workers: int, rows: int, block: int) -> tuple[str, dict]:
         stage = FragmentStage(k=2, seed=1, nps=1, vps=1, block_notes=block)
         stage.batch_rows = rows
-        m = run_stage(stage, {"docs": synth_docs}, tmp_path / name, workers=workers)
+        inputs = {"docs": synth_docs, "gold": gold}
+        m = run_stage(stage, inputs, tmp_path / name, workers=workers)
         return m["fingerprint"], json.loads((tmp_path / f"{name}.meta" / "report.json").read_text())
 
     one = run("one", 1, 1024, 10_000)[1]
@@ -270,11 +281,11 @@ def test_blocks_give_the_same_output_with_any_processes_and_batch_sizes(tmp_path
     assert run("c", 1, 5, 20)[0] == first
     bounds = block_bounds(open_source(synth_docs), 20)
     assert report["supply"]["blocks"] == len(bounds) >= 3
-    for key in ("notes", "words", "words_in_fragments", "coverage", "fragments", "dropped"):
+    assert [row["text"] for row in one["gold"]] == ["full text", "fragments", "- rare"]
+    for key in ("notes", "words", "words_in_fragments", "coverage", "fragments", "dropped", "gold"):
         assert report[key] == one[key], key
     for kind in ("NP", "VP"):
         assert report["supply"][kind]["copies"] == one["supply"][kind]["copies"]
-    docs = _read(synth_docs)
     block_of = {}
     for b, (lo, hi) in enumerate(bounds):
         for doc in docs["doc_id"].to_pylist()[lo:hi]:

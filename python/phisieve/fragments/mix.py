@@ -32,7 +32,7 @@ LOOKAHEAD = 100_000
 patient before dealing stops."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Copy:
     doc: str
     patient: str
