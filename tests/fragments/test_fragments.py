@@ -192,6 +192,25 @@ def test_no_example_links_two_pieces_of_one_document_or_patient(rows, nps, vps, 
     assert mix(shuffled, nps=nps, vps=vps, reuse=reuse, seed=seed)[0].equals(examples)
 
 
+def test_copies_with_equal_hashes_are_dealt_by_document_offsets_and_copy(monkeypatch):
+    import types
+
+    import phisieve.fragments.mix as mixing
+
+    class Same:  # every keyed hash equal: the order falls back on the place and the copy
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def digest(self) -> bytes:
+            return bytes(8)
+
+    monkeypatch.setattr(mixing, "hashlib", types.SimpleNamespace(blake2b=Same))
+    rows = [(f"d{d}", f"p{d}", s, "NP") for d in (3, 1, 2) for s in (5, 0)]
+    order = mixing._order(_fragments(rows), "NP", 2, 0).tolist()
+    places = [(rows[k // 2][0], rows[k // 2][2], k % 2) for k in range(2 * len(rows))]
+    assert [places[k] for k in order] == sorted(places)
+
+
 def test_examples_use_the_supply_until_one_kind_runs_out():
     rows = [(f"d{i}", f"p{i}", 0, "NP") for i in range(10)]
     rows += [(f"d{i}", f"p{i}", 10, "VP") for i in range(10, 15)]
