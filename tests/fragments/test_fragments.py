@@ -192,6 +192,25 @@ def test_no_example_links_two_pieces_of_one_document_or_patient(rows, nps, vps, 
     assert mix(shuffled, nps=nps, vps=vps, reuse=reuse, seed=seed)[0].equals(examples)
 
 
+def test_copies_with_equal_hashes_are_dealt_by_document_offsets_and_copy(monkeypatch):
+    import types
+
+    import phisieve.fragments.mix as mixing
+
+    class Same:  # every keyed hash equal: the order falls back on the place and the copy
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def digest(self) -> bytes:
+            return bytes(8)
+
+    monkeypatch.setattr(mixing, "hashlib", types.SimpleNamespace(blake2b=Same))
+    rows = [(f"d{d}", f"p{d}", s, "NP") for d in (3, 1, 2) for s in (5, 0)]
+    order = mixing._order(_fragments(rows), "NP", 2, 0).tolist()
+    places = [(rows[k // 2][0], rows[k // 2][2], k % 2) for k in range(2 * len(rows))]
+    assert [places[k] for k in order] == sorted(places)
+
+
 def test_examples_use_the_supply_until_one_kind_runs_out():
     rows = [(f"d{i}", f"p{i}", 0, "NP") for i in range(10)]
     rows += [(f"d{i}", f"p{i}", 10, "VP") for i in range(10, 15)]
@@ -258,10 +277,21 @@ def test_blocks_give_the_same_output_with_any_processes_and_batch_sizes(tmp_path
     from phisieve.fragments.stage import FragmentStage
     from phisieve.io.sources import open_source
 
+    docs = _read(synth_docs)
+    span = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string())])
+    gold = pa.table(
+        {
+            "doc_id": docs["doc_id"],
+            "spans": pa.array([[{"start": 0, "end": 40, "label": "NAME"}]] * docs.num_rows,
+                              pa.list_(span)),
+        }
+    )  # fmt: skip
+
     def run(name: str, workers: int, rows: int, block: int) -> tuple[str, dict]:
         stage = FragmentStage(k=2, seed=1, nps=1, vps=1, block_notes=block)
         stage.batch_rows = rows
-        m = run_stage(stage, {"docs": synth_docs}, tmp_path / name, workers=workers)
+        inputs = {"docs": synth_docs, "gold": gold}
+        m = run_stage(stage, inputs, tmp_path / name, workers=workers)
         return m["fingerprint"], json.loads((tmp_path / f"{name}.meta" / "report.json").read_text())
 
     one = run("one", 1, 1024, 10_000)[1]
@@ -270,11 +300,11 @@ def test_blocks_give_the_same_output_with_any_processes_and_batch_sizes(tmp_path
     assert run("c", 1, 5, 20)[0] == first
     bounds = block_bounds(open_source(synth_docs), 20)
     assert report["supply"]["blocks"] == len(bounds) >= 3
-    for key in ("notes", "words", "words_in_fragments", "coverage", "fragments", "dropped"):
+    assert [row["text"] for row in one["gold"]] == ["full text", "fragments", "- rare"]
+    for key in ("notes", "words", "words_in_fragments", "coverage", "fragments", "dropped", "gold"):
         assert report[key] == one[key], key
     for kind in ("NP", "VP"):
         assert report["supply"][kind]["copies"] == one["supply"][kind]["copies"]
-    docs = _read(synth_docs)
     block_of = {}
     for b, (lo, hi) in enumerate(bounds):
         for doc in docs["doc_id"].to_pylist()[lo:hi]:

@@ -18,8 +18,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..detect.recognizers.dictionaries import CorpusStats
 from ..errors import ConfigError
@@ -203,16 +203,16 @@ class Tally:
         self.words += cut.words
         self.words_in_fragments += cut.words_in_fragments
         self.gold_words.update(cut.gold_words)
-        frags = pl.from_arrow(cut.fragments.select(["kind", "length", "words", "gold"]))
-        assert isinstance(frags, pl.DataFrame)
-        frags = frags.with_columns(n=pl.col("words").list.len(), keep=pl.Series(keep))
+        frags = cut.fragments
+        kinds = frags.column("kind").to_numpy(zero_copy_only=False)
+        lengths = frags.column("length").to_numpy(zero_copy_only=False)
         for kind in KINDS:
-            mine = frags.filter(pl.col("kind") == kind)
-            self.cut[kind] += mine.height
-            self.kept[kind] += int(mine.get_column("keep").sum())
-            self.length_sum[kind] += int(mine.get_column("length").sum() or 0)
-            for n, c in mine.group_by("length").len().iter_rows():
-                self.by_length[kind][int(n)] += int(c)
+            mine = kinds == kind
+            self.cut[kind] += int(mine.sum())
+            self.kept[kind] += int((mine & keep).sum())
+            self.length_sum[kind] += int(lengths[mine].sum())
+            values, counts = np.unique(lengths[mine], return_counts=True)
+            self.by_length[kind].update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
         self.dropped.update(dropped)
         for reason in REASONS:
             self.dropped.setdefault(reason, 0)
@@ -223,7 +223,7 @@ class Tally:
         for kind in KINDS:
             self.supply[kind].update(supply[kind])
         if self.with_gold:
-            alive = np.ones(frags.height, dtype=bool)
+            alive = np.ones(frags.num_rows, dtype=bool)
             rows = {"fragments": _gold_counts(frags, alive)}
             for reason in REASONS:  # an empty mask changes nothing: its row equals the last
                 alive &= ~masks[reason]
@@ -321,8 +321,11 @@ def gold_spans(table: pa.Table | None) -> dict[str, list[tuple[int, int, str]]] 
     return out
 
 
-def _gold_counts(frags: pl.DataFrame, alive: np.ndarray) -> tuple[int, dict[str, int]]:
-    live = frags.filter(pl.Series(alive))
-    words = int(live.get_column("n").sum() or 0)
-    labels = live.get_column("gold").explode().drop_nulls().value_counts()
-    return words, {str(label): int(c) for label, c in labels.iter_rows()}
+def _gold_counts(frags: pa.Table, alive: np.ndarray) -> tuple[int, dict[str, int]]:
+    """The words of the fragments ``alive``, and those inside a gold span by label."""
+    live = frags.filter(pa.array(alive))
+    words = pc.sum(pc.list_value_length(live.column("words"))).as_py() or 0
+    labels = pc.value_counts(pc.list_flatten(live.column("gold")))
+    return int(words), {
+        str(x["values"]): int(x["counts"]) for x in labels.to_pylist() if x["values"] is not None
+    }

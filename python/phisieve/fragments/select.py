@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 __all__ = ["REASONS", "Protected", "select"]
 
 REASONS = ("indirect", "span", "rare")
+CHUNK = 65_536
+"""Fragments whose words are read into Python at a time."""
 
 
 @dataclass
@@ -90,12 +92,14 @@ def select(
     masks
         Per reason, the rows it drops.
     """
-    words = fragments.column("words").to_pylist()
-    masks = {r: np.zeros(len(words), dtype=bool) for r in REASONS}
-    for i, ws in enumerate(words):
-        for reason in protected.reasons(ws or []):
-            masks[reason][i] = True
-    drop = np.zeros(len(words), dtype=bool)
+    n = fragments.num_rows
+    masks = {r: np.zeros(n, dtype=bool) for r in REASONS}
+    column = fragments.column("words")
+    for first in range(0, n, CHUNK):  # a slice at a time as Python lists
+        for i, ws in enumerate(column.slice(first, CHUNK).to_pylist(), first):
+            for reason in protected.reasons(ws or []):
+                masks[reason][i] = True
+    drop = np.zeros(n, dtype=bool)
     for m in masks.values():
         drop |= m
     return ~drop, {r: int(m.sum()) for r, m in masks.items()}, masks
