@@ -236,14 +236,21 @@ def test_fragment_shows_what_was_cut_dropped_and_made() -> None:
         "coverage": 0.5,
         "fragments": {"all": 20, "kept": 16, "NP": kind, "VP": {**kind, "cut": 11}},
         "dropped": {"protected": 3, "rare": 0},
-        "supply": {"examples": 4, "ran_out": "NP", "NP": {"used": 8}, "VP": {"used": 7}},
+        "supply": {
+            "examples": 4,
+            "ran_out": "NP",
+            "blocks": 2,
+            "NP": {"used": 8},
+            "VP": {"used": 7},
+        },
         "gold": [{"text": "full text", "words": 100, "phi_share": 0.1}],
     }
     got = show("fragment", {"report": report})
     assert "3 notes: 50.0% of their words are in a fragment" in got
     assert "NP 10 8 8 2.50" in got and "VP 11 8 7 2.50" in got
     assert "protected: 3" in got and "full text 100 10.00%" in got
-    assert f"4 examples written to {OUT}" in got and "the NPs ran out" in got
+    assert f"4 examples written to {OUT}" in got
+    assert "2 blocks mixed apart; the NPs ran out first in most" in got
     report["supply"]["ran_out"] = None
     del report["gold"]
     got = show("fragment", {"report": report})

@@ -32,7 +32,7 @@ pub struct Tagged {
     pub marginals: Vec<f64>,
 }
 
-/// What [`Crf::tag_words`](crate::crf_words) finds: per position, the label of the best
+/// What `Crf::tag_words` (in the `crf_words` module) finds: per position, the label of the best
 /// labelling (when asked for), the probability of a label other than the background one (the
 /// sum of their marginals) and the most likely of those labels.
 pub struct Summary {
@@ -46,7 +46,7 @@ pub struct Summary {
 /// the log-partition), so 1e-10 leaves a wide margin.
 const DOUBT: f64 = 1e-10;
 
-/// What must come out of [`Crf::tag_words`](crate::crf_words) as forward-backward in log
+/// What must come out of `Crf::tag_words` (in the `crf_words` module) as forward-backward in log
 /// space gives it (the results of phisieve before the scaled forward-backward, byte for
 /// byte): the decisions on the probability `p` of the labels other than the background one,
 /// and the `f32` scores of the positions that become spans. The scaled pass differs from the
