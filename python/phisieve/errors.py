@@ -100,7 +100,20 @@ class ConfigError(PhisieveError, ValueError):
 
 
 class NotGroupedError(InputError):
-    """Documents of a patient are not contiguous where the index needs them grouped."""
+    """Documents of a patient are not contiguous where the index, ``encode`` or an engine
+    needs them grouped."""
+
+
+def not_consecutive(path: object, row: int, column: str) -> NotGroupedError:
+    """The refusal of a patient whose documents come back after another patient's, at
+    ``row`` (``encode``, and the engines that split its input)."""
+    return NotGroupedError(
+        "the documents of a patient are not consecutive (sort or group the documents by "
+        "patient first)",
+        path=path,
+        row=row,
+        column=column,
+    )
 
 
 class MemoryBudgetExceeded(PhisieveError, MemoryError):

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _core
-from ..errors import ConfigError, InputError, PhisieveError
+from ..errors import ConfigError, InputError, PhisieveError, not_consecutive
 from ..io.sources import open_source, require_columns, string_array
 from ..protection.scope import (
     DEFAULT_SCOPE,
@@ -380,13 +380,7 @@ class Encoder:
             if patient == last:
                 continue
             if patient in self.finished:
-                raise InputError(
-                    "the documents of a patient are not consecutive (sort or group the "
-                    "documents by patient first)",
-                    path=self.where,
-                    row=self.row + r,
-                    column=column,
-                )
+                raise not_consecutive(self.where, self.row + r, column)
             if last is not None:
                 self.finished.add(last)
             last = patient

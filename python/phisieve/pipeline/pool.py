@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, PhisieveError
+from ..errors import PhisieveError, not_consecutive
+from .stage import _many
 from .stats import Stats
 
 if TYPE_CHECKING:
@@ -115,17 +116,11 @@ def _loaded(path: str) -> Any:
     return _LOADED[path]
 
 
-def _many(out: Any) -> list[Any]:
-    from .stage import _many as many
-
-    return list(many(out))
-
-
 def _map_task(path: str, batch: pa.RecordBatch) -> tuple[list[Any], dict[str, Any], Any]:
     """The batch function on one batch, with what it counted."""
     stage, state = _loaded(path)
     stats = Stats()
-    outs = _many(stage.map(batch, state, stats))
+    outs = list(_many(stage.map(batch, state, stats)))
     return outs, dict(stats), stage.gather(state)
 
 
@@ -419,13 +414,7 @@ def patient_runs(
             if patient == last:
                 continue
             if patient in finished:
-                raise InputError(
-                    "the documents of a patient are not consecutive (sort or group the "
-                    "documents by patient first)",
-                    path=where,
-                    row=start + rows + r,
-                    column=column,
-                )
+                raise not_consecutive(where, start + rows + r, column)
             if last is not None:
                 finished.add(last)
             last = patient

@@ -52,7 +52,7 @@ with warnings.catch_warnings():
     import ray
     import ray.data
 
-from ..errors import InputError, PhisieveError
+from ..errors import PhisieveError, not_consecutive
 from ..io.dataset import dataset_files
 from .engine import Engine, LocalEngine
 from .stage import DATASET, DATASETS, _many
@@ -283,13 +283,7 @@ def _check_consecutive(table: pa.Table, group: str, where: str) -> None:
         pl.col("prev").is_not_null() & (pl.col("r") != pl.col("prev") + 1)
     )
     if gaps.height:
-        raise InputError(
-            "the documents of a patient are not consecutive (sort or group the documents by "
-            "patient first)",
-            path=where,
-            row=int(gaps["r"].min()),
-            column=group,
-        )
+        raise not_consecutive(where, int(gaps["r"].min()), group)
 
 
 def _unwrapped(error: BaseException) -> BaseException | None:

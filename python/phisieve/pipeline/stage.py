@@ -186,8 +186,6 @@ class Context(Work):
             raise TypeError("a Context needs an engine (LocalEngine() for this process)")
         engine = self.engine
         cols = list(columns) if columns is not None else None
-        if rows is None:
-            return engine.scan(self, name, fn, cols, by=by, label=label)
         return engine.scan(self, name, fn, cols, by=by, label=label, rows=rows)
 
     def scan(
