@@ -139,9 +139,7 @@ impl Crf {
     /// Sequences are tagged in parallel; the result does not depend on the threads.
     pub fn tag(&self, columns: &[StrCol<'_>], per_sequence: &[i64]) -> Result<Tagged> {
         let bad = |m: &str| CoreError::InvalidArgument(m.to_string());
-        if per_sequence.iter().any(|&n| n < 0) {
-            return Err(bad("position counts must not be negative"));
-        }
+        let seq_start = sequence_starts(per_sequence)?;
         let positions: i64 = per_sequence.iter().sum();
         let rows = columns.first().map_or(0, |c| c.len());
         if columns.iter().any(|c| c.len() != rows) {
@@ -151,13 +149,6 @@ impl Crf {
             return Err(bad(
                 "the sequences' positions do not add up to the positions given",
             ));
-        }
-        let mut seq_start = Vec::with_capacity(per_sequence.len() + 1);
-        let mut at = 0usize;
-        seq_start.push(0);
-        for &n in per_sequence {
-            at += n as usize;
-            seq_start.push(at);
         }
         Ok(self.tag_by(&seq_start, |a, state| {
             let l = self.labels.len();
@@ -465,6 +456,24 @@ impl Crf {
             .map(|(a, b)| (a + b - z).exp())
             .collect()
     }
+}
+
+/// Where each sequence starts, from the number of positions of each (refused when one is
+/// negative); the last entry is the total.
+pub(crate) fn sequence_starts(per_sequence: &[i64]) -> Result<Vec<usize>> {
+    if per_sequence.iter().any(|&n| n < 0) {
+        return Err(CoreError::InvalidArgument(
+            "position counts must not be negative".to_string(),
+        ));
+    }
+    let mut seq_start = Vec::with_capacity(per_sequence.len() + 1);
+    let mut at = 0usize;
+    seq_start.push(0);
+    for &n in per_sequence {
+        at += n as usize;
+        seq_start.push(at);
+    }
+    Ok(seq_start)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! per call (a feature of two parts: each distinct pair), so tagging costs a few table reads
 //! per position and feature.
 
-use crate::crf::{Crf, Exact, Summary};
+use crate::crf::{sequence_starts, Crf, Exact, Summary};
 use crate::error::{CoreError, Result};
 use crate::text::StrCol;
 use arrow_array::cast::AsArray;
@@ -216,16 +216,8 @@ impl Words {
         per_sequence: &[i64],
     ) -> Result<Self> {
         let bad = |m: String| CoreError::InvalidArgument(m);
-        if per_sequence.iter().any(|&n| n < 0) {
-            return Err(bad("position counts must not be negative".into()));
-        }
-        let mut seq_start = Vec::with_capacity(per_sequence.len() + 1);
-        let mut at = 0usize;
-        seq_start.push(0);
-        for &n in per_sequence {
-            at += n as usize;
-            seq_start.push(at);
-        }
+        let seq_start = sequence_starts(per_sequence)?;
+        let at = *seq_start.last().expect("sequence_starts begins with 0");
         for (k, (name, array, _)) in columns.iter().enumerate() {
             if array.len() != at {
                 return Err(bad(format!(
