@@ -45,6 +45,7 @@ class Engine:
         by: str | None = None,
         label: str | None = None,
         rows: tuple[int, int] | None = None,
+        threaded: bool = False,
     ) -> list[Any]:
         """A reduce step: ``fn`` applied to pieces of the dataset input ``name`` (with
         ``rows``, only its rows ``first <= row < end``) that together hold each of its rows
@@ -58,6 +59,8 @@ class Engine:
         combines them so that its result does not (counts add, tables are sorted). ``fn``
         must be picklable (a module-level function or class), and so must its result. With
         ``label``, a progress bar counts the rows read (otherwise ``fn`` draws its own).
+        ``threaded``: ``fn`` already uses every core it is given (Rust threads), so a local
+        engine runs it here, in one piece, rather than in its worker processes.
         """
         raise NotImplementedError
 
@@ -121,6 +124,7 @@ class LocalEngine(Engine):
         by: str | None = None,
         label: str | None = None,
         rows: tuple[int, int] | None = None,
+        threaded: bool = False,
     ) -> list[Any]:
         """One piece, the whole input streamed here; with workers and a dataset on disk of
         more than one batch, one piece per worker (see :meth:`Engine.scan`)."""
@@ -137,7 +141,7 @@ class LocalEngine(Engine):
             part = row_range(src, *rows)
         else:
             part = src
-        if self.workers > 1 and src.path is not None and _several(part, ctx.stage):
+        if self.workers > 1 and not threaded and src.path is not None and _several(part, ctx.stage):
             return self.pool().scan(ctx, src, fn, by, label or name, rows)
         src = part
         if label is not None:

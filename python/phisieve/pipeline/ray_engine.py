@@ -448,10 +448,12 @@ class RayEngine(Engine):
         by: str | None = None,
         label: str | None = None,
         rows: tuple[int, int] | None = None,
+        threaded: bool = False,
     ) -> list[Any]:
         """``fn`` in Ray tasks on the input's blocks, or with ``by`` on partitions by a hash
         of that column (an all-to-all step); one piece here for an input held in memory or
-        for some of its ``rows`` (see :meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        for some of its ``rows`` (see :meth:`phisieve.pipeline.engine.Engine.scan`; ``threaded``
+        changes nothing: each Ray task is one piece)."""
         src = ctx.source(name)
         if getattr(src, "path", None) is None or rows is not None:
             return LocalEngine().scan(ctx, name, fn, columns, by=by, label=label, rows=rows)

@@ -178,15 +178,17 @@ class Context(Work):
         by: str | None = None,
         label: str | None = None,
         rows: tuple[int, int] | None = None,
+        threaded: bool = False,
     ) -> list[Any]:
         """A reduce step over the dataset input ``name`` (or its rows ``rows``: first, end)
         on the run's engine: ``fn``'s results on pieces of it
-        (:meth:`phisieve.pipeline.engine.Engine.scan`)."""
+        (:meth:`phisieve.pipeline.engine.Engine.scan`; ``threaded``: ``fn`` uses every core
+        itself)."""
         if self.engine is None:  # pragma: no cover - the runner always gives one
             raise TypeError("a Context needs an engine (LocalEngine() for this process)")
         engine = self.engine
         cols = list(columns) if columns is not None else None
-        return engine.scan(self, name, fn, cols, by=by, label=label, rows=rows)
+        return engine.scan(self, name, fn, cols, by=by, label=label, rows=rows, threaded=threaded)
 
     def scan(
         self, name: str, columns: Iterable[str] | None = None, label: str | None = None

@@ -136,9 +136,11 @@ class IndexStage(RowsStage):
         o = self.options
         spans = ctx.values.get("spans")
         columns = [o.patient_col, o.text_col] + (["doc_id"] if spans is not None else [])
-        # The engine cuts the corpus into pieces that split it by patient (here: one piece,
-        # the whole corpus, counted in passes under the budget); their indexes merge into
-        # the index of the whole corpus, every column included.
+        # The engine cuts the corpus into pieces that split it by patient (Ray's partitions;
+        # a local engine's one piece, the whole corpus counted in passes under the budget by
+        # Rust threads on every core: worker processes would each read the whole corpus for
+        # their patients and double the memory); their indexes merge into the index of the
+        # whole corpus, every column included.
         pieces = ctx.pieces(
             "docs",
             partial(
@@ -158,6 +160,7 @@ class IndexStage(RowsStage):
             ),
             columns,
             by=o.patient_col,
+            threaded=True,
         )
         reports = [r for _, r in pieces]
         if len(pieces) == 1:
