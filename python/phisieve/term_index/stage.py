@@ -187,6 +187,9 @@ class IndexStage(RowsStage):
                 ),
                 [o.text_col],
                 label="protected share",
+                # Each worker would build the marker of every term again for a pass that
+                # takes seconds: at 10M words, 1.5x the time and 2x the memory.
+                threaded=True,
             )
             stats["protected_share"] = build.shares(counted)
         # How the counting went (not what the index holds): in the manifest, not stats.json.
