@@ -129,6 +129,29 @@ def test_a_killed_worker_leaves_the_old_output_and_a_rerun_completes(tmp_path):
     assert pq.read_table(out).column("x").to_pylist() == [2 * i for i in range(40)]
 
 
+class SmallTasks(Doubling):
+    """Doubling, with at most 3 of its batches' 8 rows sent to a worker at once."""
+
+    name = "small-tasks"
+    batch_rows = 8
+    task_rows = 3
+
+    def map(self, batch, state, stats: Stats):
+        stats.add(f"rows_{batch.num_rows}", 1)
+        return super().map(batch, state, stats)
+
+
+def test_a_stage_s_task_rows_bound_what_a_worker_takes(tmp_path):
+    docs = _values(tmp_path, 40)
+    two = run_stage(SmallTasks(), {"docs": docs}, tmp_path / "two", workers=2)
+    sizes = {int(k.split("_")[1]): v for k, v in two.items() if k.startswith("rows_")}
+    assert max(sizes) == 3 and sum(k * v for k, v in sizes.items()) == 40
+    one = run_stage(SmallTasks(), {"docs": docs}, tmp_path / "one")
+    assert {k: v for k, v in one.items() if k.startswith("rows_")} == {"rows_8": 5}
+    assert one["fingerprint"] == two["fingerprint"]
+    assert pq.read_table(tmp_path / "two").column("x").to_pylist() == [2 * i for i in range(40)]
+
+
 def test_one_batch_runs_in_this_process(tmp_path):
     docs = _values(tmp_path, 4)
     # The kill would fire in a worker; with one batch there is none.

@@ -156,14 +156,21 @@ def merge_spans(rows: pl.DataFrame) -> pl.DataFrame:
 
 @dataclass
 class _Dictionaries:
-    """What the ``lists`` recognizer learnt about the whole corpus before detecting."""
+    """What the ``lists`` recognizer learnt about the whole corpus before detecting. The
+    built-in dictionaries themselves (:attr:`lexicon`) are not part of it: each process loads
+    them once (a worker rather than unpickling ~250 MB that the driver would have to hold)."""
 
-    lexicon: dictionaries.Lexicon
     stats: dictionaries.CorpusStats
     known_places: pl.DataFrame
     dictionaries: bool = True
     """Whether ``lists`` runs the built-in dictionaries (the statistics may be learnt for the
     ``crf`` recognizer alone)."""
+
+    @property
+    def lexicon(self) -> dictionaries.Lexicon:
+        """The built-in dictionaries (:func:`dictionaries.lexicon`, loaded once per
+        process)."""
+        return dictionaries.lexicon()
 
 
 Pieces = Callable[..., list[Any]]
@@ -191,29 +198,36 @@ def _learn(
             read = src if label is None else quiet.counted(src, label, "documents")
             return [fn(read)]
 
-    lex = dictionaries.lexicon()
     # Without patient ids each document counts as its own patient.
     who = "patient_id" if "patient_id" in src.schema.names else "doc_id"
     stats = dictionaries.CorpusStats.combine(
         pieces(dictionaries.CorpusStats.of, [who, "text"], by=who)
     )
-    # The lexicon goes with the function: a worker would take seconds to load its own.
-    counts = pieces(partial(_harvest, stats=stats, lex=lex), ["text"], label="learn places")
-    known = dictionaries.known_places(pl.concat(counts), lex, dictionaries.MAX_ZIPF, stats=stats)
-    return _Dictionaries(lex, stats, known)
+    # Each process loads the dictionaries itself (seconds once; this one never does when the
+    # pieces run in workers, so it does not hold them).
+    counts = pieces(partial(_harvest, stats=stats), ["text"], label="learn places")
+    known = dictionaries.known_places(pl.concat(counts), dictionaries.MAX_ZIPF, stats=stats)
+    return _Dictionaries(stats, known)
 
 
-def _harvest(
-    piece: Any, stats: dictionaries.CorpusStats, lex: dictionaries.Lexicon
-) -> pl.DataFrame:
-    """The context places named in ``piece``, counted (:func:`dictionaries.harvest`)."""
+HARVEST_ROWS = 1024
+"""Notes whose words :func:`_harvest` holds at once."""
+
+
+def _harvest(piece: Any, stats: dictionaries.CorpusStats) -> pl.DataFrame:
+    """The context places named in ``piece``, counted (:func:`dictionaries.harvest`), with
+    their English frequency (``w``, ``hits``, ``zipf``)."""
+    lex = dictionaries.lexicon()
+    # Word tables of at most HARVEST_ROWS notes at once (~50 MB); counts add up.
     counts = [
-        dictionaries.harvest(_features(b.column("text"), lex, stats))
+        dictionaries.harvest(_features(b.column("text")[i : i + HARVEST_ROWS], lex, stats))
         for b in open_source(piece).batches(["text"])
+        for i in range(0, b.num_rows, HARVEST_ROWS)
     ]
     if not counts:
-        return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32})
-    return pl.concat(counts)
+        counts = [pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32})]
+    totals = pl.concat(counts).group_by("w").agg(pl.col("hits").sum())
+    return totals.join(lex.zipf, on="w", how="left")
 
 
 def _features(texts: pa.Array, lex: Any, stats: Any) -> pl.DataFrame:

@@ -172,6 +172,9 @@ class DetectStage(MapStage):
     main = "docs"
     distributed = True
     columns = ("doc_id", "text")
+    # A batch of 4,096 notes holds ~200 MB of word tables while it is detected; every worker
+    # holds one.
+    task_rows = 1024
     summary = ("{rows:,} documents, {spans_found:,} spans written to {out}",)
 
     def check(self) -> None:

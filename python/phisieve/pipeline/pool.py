@@ -347,7 +347,8 @@ class Workers:
                     for run, row in patient_runs(batches, group, stage, ctx.source(stage.main).name)
                 )
             else:
-                rows = task_rows(ctx.source(stage.main).num_rows, stage.batch_rows, self.n)
+                most = min(stage.task_rows or stage.batch_rows, stage.batch_rows)
+                rows = task_rows(ctx.source(stage.main).num_rows, most, self.n)
                 calls = (
                     (_map_task, (path, batch.slice(lo, rows)))
                     for batch in batches

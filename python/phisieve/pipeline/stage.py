@@ -226,6 +226,10 @@ class Stage:
     output: ClassVar[Output] = Output()
     batch_rows: ClassVar[int] = 4096
     """Rows per record batch read from a dataset input (results never depend on it)."""
+    task_rows: ClassVar[int | None] = None
+    """At most this many rows sent to a worker process at once (``None``:
+    :attr:`batch_rows`): smaller where a batch's working memory, held by every worker at
+    once, is large (results never depend on it)."""
     unit: ClassVar[str] = "documents"
     """What the progress bars count."""
     summary: ClassVar[Summary] = ("written to {out}",)

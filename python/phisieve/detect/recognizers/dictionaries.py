@@ -197,7 +197,8 @@ def _census() -> dict[str, tuple[bool, bool]]:
         ("dist.female.first", True),
         ("dist.all.last", False),
     ):
-        for name in census_frequencies(fname):
+        # Not through its cache: the lexicon keeps what it needs, once per process.
+        for name in census_frequencies.__wrapped__(fname):
             word = name.lower()
             first, last = out.get(word, (False, False))
             out[word] = (first or is_first, last or not is_first)
@@ -211,7 +212,11 @@ def _places() -> set[str]:
         raise ConfigError(
             "the place dictionaries need the `zipcodes` package: pip install zipcodes"
         ) from None
-    cities = {z["city"].lower() for z in zipcodes.list_all()}
+    # zipcodes.list_all() keeps its 42k records (~140 MB) for the life of the process; the
+    # extension's own function gives a list that is freed once the cities are read.
+    records = getattr(zipcodes, "_zipcodes", zipcodes).list_all()
+    cities = {z["city"].lower() for z in records}
+    del records
     return {c.replace(".", "").replace("-", " ") for c in cities} | set(STATES)
 
 
@@ -239,10 +244,17 @@ def _zipf() -> pl.DataFrame:
             "the dictionaries need the `wordfreq` package: pip install wordfreq"
         ) from None
     freq = wordfreq.get_frequency_dict("en")
-    return pl.DataFrame(
+    table = pl.DataFrame(
         {"w": list(freq), "zipf": [math.log10(f) + 9.0 for f in freq.values()]},
         schema={"w": pl.String, "zipf": pl.Float32},
     )
+    # The lexicon keeps the table (cached once per process); wordfreq's caches of the same
+    # lists, ~60 MB of Python objects, would stay for the life of a worker.
+    for cached in (wordfreq.get_frequency_dict, wordfreq.get_frequency_list):
+        cache_clear = getattr(cached, "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
+    return table
 
 
 @dataclass(frozen=True)
@@ -790,7 +802,6 @@ def harvest(tok: pl.DataFrame) -> pl.DataFrame:
 
 def known_places(
     counts: pl.DataFrame,
-    lex: Lexicon,
     max_zipf: float,
     min_share: float = 0.1,
     *,
@@ -800,8 +811,8 @@ def known_places(
     single words that are not everyday English, whenever at least ``min_share`` of the uses of
     their first word in the whole corpus (``stats``) follow a trigger ("GH": yes; "NSR", once
     "converted to NSR": no). ``counts``: :func:`harvest`'s, of any batches that make the
-    corpus."""
-    counts = counts.group_by("w").agg(pl.col("hits").sum())
+    corpus, with each phrase's ``zipf`` (:attr:`Lexicon.zipf`; null: rare)."""
+    counts = counts.group_by("w").agg(pl.col("hits").sum(), pl.col("zipf").first())
     uses = stats.words.select(pl.col("w").alias("h"), pl.col("uses"))
     words = (
         counts.with_columns(
@@ -810,7 +821,6 @@ def known_places(
         )
         .join(uses, on="h", how="left")
         .with_columns(pl.col("uses").fill_null(0))
-        .join(lex.zipf, on="w", how="left")
     )
     keep = ((pl.col("n") > 1) | (pl.col("zipf").fill_null(0.0) < max_zipf)) & (
         pl.col("hits") >= min_share * pl.col("uses")
