@@ -7,6 +7,8 @@ import types
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phisieve.detect.recognizers import dictionaries
 from phisieve.detect.recognizers.stanza import LABELS, doc_spans, download_command
@@ -286,3 +288,50 @@ def test_what_lists_learns_does_not_depend_on_batch_sizes(tmp_path):
     assert a.stats.words.equals(b.stats.words)
     known = [sorted(x.known_places.get_column("w").to_list()) for x in learnt]
     assert known[0] == known[1] and len(known[0]) > 10
+
+
+def _reference_counts(texts: pa.Array) -> list[tuple[str, int]]:
+    lex = dictionaries.lexicon()
+    tok = dictionaries.features(
+        dictionaries.tokens(texts), lex, None, dictionaries.MAX_ZIPF, dictionaries.RARE_SHARE
+    )
+    return sorted(dictionaries.harvest(tok).iter_rows())
+
+
+def test_the_learning_pass_counts_the_places_of_the_whole_word_table(tmp_path, physionet_docs):
+    """place_counts (features only after triggers) counts what harvest counts over every
+    word's features, on the PhysioNet notes and on synthetic notes."""
+    import phisieve
+    from phisieve.io.sources import open_source
+
+    phisieve.synth(tmp_path / "docs", patients=300, seed=2)
+    for docs in (physionet_docs, tmp_path / "docs"):
+        texts = open_source(docs).table().column("text").combine_chunks()
+        expected = _reference_counts(texts)
+        got = sorted(dictionaries.place_counts(texts, dictionaries.lexicon()).iter_rows())
+        assert got == expected and len(expected) > 10
+
+
+_WORDS = ["transferred", "to", "from", "admitted", "sent", "Boston", "GH", "st", "Mary's",
+          "rehab", "the", "Floor", "x", "NEW", "york", "lives", "in", "home", "ICU",
+          "9"]  # fmt: skip
+_SEPARATORS = [" ", "  ", ". ", "\n", ", ", "-"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(_WORDS), st.sampled_from(_SEPARATORS)), max_size=14).map(
+            lambda ws: "".join(w + sep for w, sep in ws)
+        )
+        | st.none(),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_place_counts_match_the_reference_on_any_notes(notes):
+    """Against the reference, on notes made of triggers, places, capitals, separators and
+    note ends in any order (a trigger at a note's end, runs across notes, null notes)."""
+    texts = pa.array(notes, pa.string())
+    got = sorted(dictionaries.place_counts(texts, dictionaries.lexicon()).iter_rows())
+    assert got == _reference_counts(texts)

@@ -41,7 +41,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +204,7 @@ def _learn(
     )
     # Each process loads the dictionaries itself (seconds once; this one never does when the
     # pieces run in workers, so it does not hold them).
-    counts = pieces(partial(_harvest, stats=stats), ["text"], label="learn places")
+    counts = pieces(_harvest, ["text"], label="learn places")
     known = dictionaries.known_places(pl.concat(counts), dictionaries.MAX_ZIPF, stats=stats)
     return _Dictionaries(stats, known)
 
@@ -214,13 +213,13 @@ HARVEST_ROWS = 1024
 """Notes whose words :func:`_harvest` holds at once."""
 
 
-def _harvest(piece: Any, stats: dictionaries.CorpusStats) -> pl.DataFrame:
-    """The context places named in ``piece``, counted (:func:`dictionaries.harvest`), with
-    their English frequency (``w``, ``hits``, ``zipf``)."""
+def _harvest(piece: Any) -> pl.DataFrame:
+    """The context places named in ``piece``, counted (:func:`dictionaries.place_counts`),
+    with their English frequency (``w``, ``hits``, ``zipf``)."""
     lex = dictionaries.lexicon()
-    # Word tables of at most HARVEST_ROWS notes at once (~50 MB); counts add up.
+    # Word tables of at most HARVEST_ROWS notes at once; counts add up.
     counts = [
-        dictionaries.harvest(_features(b.column("text")[i : i + HARVEST_ROWS], lex, stats))
+        dictionaries.place_counts(b.column("text")[i : i + HARVEST_ROWS], lex)
         for b in open_source(piece).batches(["text"])
         for i in range(0, b.num_rows, HARVEST_ROWS)
     ]

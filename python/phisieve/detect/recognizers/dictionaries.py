@@ -784,7 +784,125 @@ def find(
 def harvest(tok: pl.DataFrame) -> pl.DataFrame:
     """Context places of featured tokens, counted: ``w`` and ``hits`` (times named after a
     trigger). The counts of batches add up."""
-    ctx = context_places(tok)
+    return _counted(context_places(tok))
+
+
+def place_counts(
+    texts: pa.Array, lex: Lexicon, max_zipf: float = MAX_ZIPF, max_words: int = 3
+) -> pl.DataFrame:
+    """:func:`harvest` of the :func:`features` of the :func:`tokens` of ``texts`` (the same
+    counts, ``w`` and ``hits``), with the words' features worked out only where a place may
+    be named: the few words after a trigger. The corpus pass that learns the places."""
+    starts, ends, words = tokenize(texts)
+    tok = pl.from_arrow(pa.RecordBatch.from_arrays([starts, ends, words], ["s", "e", "w"]))
+    assert isinstance(tok, pl.DataFrame)
+    tok = (
+        tok.with_row_index("row")
+        .explode(["s", "e", "w"])
+        .drop_nulls("w")
+        .with_columns(pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64))
+        .with_row_index("k")
+        .with_columns(gap=pl.col("s") - _shifted("e", 1))
+    )
+    # Where a trigger ends (context_places' ``trig``): "transferred to" | X.
+    seconds = sorted({b for _, b in _PLACE_TRIGGERS})
+    w1, w2 = _shifted("w", 1), _shifted("w", 2)
+    starts_at = (
+        tok.select("k", "gap", w1.alias("w1"), w2.alias("w2"))
+        .filter(pl.col("w1").is_in(seconds))
+        .filter(
+            pl.concat_str(["w2", "w1"], separator=" ").is_in(
+                [f"{a} {b}" for a, b in _PLACE_TRIGGERS]
+            )
+            & (pl.col("gap") <= 2)
+        )
+        .get_column("k")
+    )
+    if starts_at.len() == 0:
+        return _counted(
+            pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
+        )
+    # The words a run may hold: the trigger's next max_words words (those of the same note).
+    near = pl.concat([starts_at + j for j in range(max_words)]).unique().sort()
+    sub = tok.join(pl.DataFrame({"k": near}), on="k", how="semi", maintain_order="left")
+    # Capitals count only in notes that use them as prose does (:func:`tokens`' ``mixed``).
+    notes = sub.get_column("row").unique().sort()
+    text = pl.from_arrow(texts.cast(pa.large_string()).take(notes.to_arrow()))
+    assert isinstance(text, pl.Series)
+    words_n = text.str.count_matches(r"\b\p{L}")
+    caps = text.str.count_matches(r"\b\p{Lu}")
+    mixed = ((caps >= 0.05 * words_n) & (caps <= 0.6 * words_n)).fill_null(False)
+    raw = pl.from_arrow(texts.cast(pa.large_string()))
+    assert isinstance(raw, pl.Series)
+    sub = sub.join(
+        pl.DataFrame({"row": notes, "mixed": mixed}), on="row", how="left", maintain_order="left"
+    ).join(lex.zipf, on="w", how="left", maintain_order="left")
+    # The word as written: the note's characters from s to e.
+    sub = sub.with_columns(
+        raw=pl.Series(
+            [
+                t[a:b]
+                for t, a, b in zip(
+                    raw.gather(sub.get_column("row")).to_list(),
+                    sub.get_column("s").to_list(),
+                    sub.get_column("e").to_list(),
+                    strict=True,
+                )
+            ],
+            dtype=pl.String,
+        )
+    )
+    first = pl.col("raw").str.slice(0, 1)
+    cap = pl.when(pl.col("mixed")).then(
+        (first != first.str.to_lowercase())
+        & (
+            (pl.col("raw").str.len_chars() == 1)
+            | (pl.col("raw") != pl.col("raw").str.to_uppercase())
+        )
+    )
+    sub = sub.with_columns(
+        placeish=((pl.col("zipf").fill_null(0.0) < max_zipf) | cap.fill_null(False))
+        & ~pl.col("w").is_in(list(UNITS))
+        & pl.col("w").str.contains(r"^\p{L}")
+    )
+    run = sub.filter(pl.col("k").is_in(starts_at.implode()) & pl.col("placeish")).select(
+        "row", "k", "s", "e", "w"
+    )
+    out = []
+    for j in range(max_words):
+        if j:
+            nxt = sub.select(
+                "row",
+                (pl.col("k") - j).alias("k"),
+                pl.col("e").alias("e2"),
+                pl.col("w").alias("w2"),
+                "placeish",
+                "gap",
+            )
+            run = (
+                run.join(nxt, on=["row", "k"])
+                .filter(pl.col("placeish") & (pl.col("gap") == 1))
+                .select(
+                    "row",
+                    "k",
+                    "s",
+                    pl.col("e2").alias("e"),
+                    pl.concat_str(["w", "w2"], separator=" ").alias("w"),
+                )
+            )
+        if run.height == 0:
+            break
+        out.append(run)
+    if not out:
+        return _counted(
+            pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
+        )
+    longest = pl.concat(out).sort("e", descending=True).unique(["row", "k"], keep="first")
+    return _counted(longest.select("row", "s", "e", "w"))
+
+
+def _counted(ctx: pl.DataFrame) -> pl.DataFrame:
+    """:func:`harvest`'s counts of context places (``w``)."""
     if ctx.height == 0:
         return pl.DataFrame(schema={"w": pl.String, "hits": pl.UInt32})
     # Every leading part of a phrase counts too: "gh" of "transferred to GH Cathed".
