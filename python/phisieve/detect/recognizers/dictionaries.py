@@ -649,34 +649,57 @@ def context_places(tok: pl.DataFrame, max_words: int = 3) -> pl.DataFrame:
     """Places named after a trigger ("transferred to X", "lives in X"): up to ``max_words``
     words that are not vocabulary (or are capitalised in a mixed-case note), as ``row``,
     ``s``, ``e``, ``w`` (the words joined by spaces)."""
-    w1 = _shifted("w", 1)
-    w2 = _shifted("w", 2)
-    trig = pl.concat_str([w2, w1], separator=" ").is_in([f"{a} {b}" for a, b in _PLACE_TRIGGERS])
+    tok = tok.with_row_index("k")
+    starts, near = _after_triggers(tok, max_words)
     # Site names recur across patients, so only English and the unit words rule a word out.
     placeish = (
         ((pl.col("zipf") < pl.col("max_zipf")) | pl.col("cap").fill_null(False))
         & ~pl.col("w").is_in(list(UNITS))
         & pl.col("w").str.contains(r"^\p{L}")
     )
-    tok = tok.with_columns(placeish=placeish, trig=trig & (pl.col("gap") <= 2))
+    return _place_runs(near.with_columns(placeish=placeish), starts, max_words)
+
+
+def _after_triggers(tok: pl.DataFrame, max_words: int) -> tuple[pl.Series, pl.DataFrame]:
+    """The words right after a trigger, within two characters of it (positions ``k`` in
+    ``tok``, a token table numbered by ``k``), and the rows of ``tok`` a place named there
+    may span: each such word and the ``max_words - 1`` after it."""
+    seconds = sorted({b for _, b in _PLACE_TRIGGERS})
+    pairs = [f"{a} {b}" for a, b in _PLACE_TRIGGERS]
+    starts = (
+        tok.select("k", "gap", _shifted("w", 1).alias("w1"), _shifted("w", 2).alias("w2"))
+        .filter(pl.col("w1").is_in(seconds))
+        .filter(pl.concat_str(["w2", "w1"], separator=" ").is_in(pairs) & (pl.col("gap") <= 2))
+        .get_column("k")
+    )
+    ks = pl.DataFrame({"k": pl.concat([starts + j for j in range(max_words)]).unique()})
+    return starts, tok.join(ks, on="k", how="semi", maintain_order="left")
+
+
+def _place_runs(near: pl.DataFrame, starts: pl.Series, max_words: int) -> pl.DataFrame:
+    """The longest run of up to ``max_words`` ``placeish`` words, one space apart, from each
+    of ``starts`` (``near``: :func:`_after_triggers`' rows), as ``row``, ``s``, ``e``,
+    ``w``."""
     out = []
-    run = tok.filter(pl.col("trig") & pl.col("placeish")).select("row", "i", "s", "e", "w")
-    for k in range(max_words):
-        if k:
-            nxt = tok.select(
+    run = near.filter(pl.col("k").is_in(starts.implode()) & pl.col("placeish")).select(
+        "row", "k", "s", "e", "w"
+    )
+    for j in range(max_words):
+        if j:
+            nxt = near.select(
                 "row",
-                (pl.col("i") - k).alias("i"),
+                (pl.col("k") - j).alias("k"),
                 pl.col("e").alias("e2"),
                 pl.col("w").alias("w2"),
                 "placeish",
                 "gap",
             )
             run = (
-                run.join(nxt, on=["row", "i"])
+                run.join(nxt, on=["row", "k"])
                 .filter(pl.col("placeish") & (pl.col("gap") == 1))
                 .select(
                     "row",
-                    "i",
+                    "k",
                     "s",
                     pl.col("e2").alias("e"),
                     pl.concat_str(["w", "w2"], separator=" ").alias("w"),
@@ -687,8 +710,8 @@ def context_places(tok: pl.DataFrame, max_words: int = 3) -> pl.DataFrame:
         out.append(run)
     if not out:
         return pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
-    longest = pl.concat(out).sort("e", descending=True).unique(["row", "i"], keep="first")
-    return longest.select("row", "s", "e", "w")
+    longest = pl.concat(out).sort("e", descending=True).unique(["row", "k"], keep="first")
+    return longest.select(pl.col("row").cast(pl.Int64), "s", "e", "w")
 
 
 def find(
@@ -793,8 +816,7 @@ def place_counts(
     """:func:`harvest` of the :func:`features` of the :func:`tokens` of ``texts`` (the same
     counts, ``w`` and ``hits``), with the words' features worked out only where a place may
     be named: the few words after a trigger. The corpus pass that learns the places."""
-    starts, ends, words = tokenize(texts)
-    tok = pl.from_arrow(pa.RecordBatch.from_arrays([starts, ends, words], ["s", "e", "w"]))
+    tok = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
     assert isinstance(tok, pl.DataFrame)
     tok = (
         tok.with_row_index("row")
@@ -804,27 +826,7 @@ def place_counts(
         .with_row_index("k")
         .with_columns(gap=pl.col("s") - _shifted("e", 1))
     )
-    # Where a trigger ends (context_places' ``trig``): "transferred to" | X.
-    seconds = sorted({b for _, b in _PLACE_TRIGGERS})
-    w1, w2 = _shifted("w", 1), _shifted("w", 2)
-    starts_at = (
-        tok.select("k", "gap", w1.alias("w1"), w2.alias("w2"))
-        .filter(pl.col("w1").is_in(seconds))
-        .filter(
-            pl.concat_str(["w2", "w1"], separator=" ").is_in(
-                [f"{a} {b}" for a, b in _PLACE_TRIGGERS]
-            )
-            & (pl.col("gap") <= 2)
-        )
-        .get_column("k")
-    )
-    if starts_at.len() == 0:
-        return _counted(
-            pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
-        )
-    # The words a run may hold: the trigger's next max_words words (those of the same note).
-    near = pl.concat([starts_at + j for j in range(max_words)]).unique().sort()
-    sub = tok.join(pl.DataFrame({"k": near}), on="k", how="semi", maintain_order="left")
+    starts, sub = _after_triggers(tok, max_words)
     # Capitals count only in notes that use them as prose does (:func:`tokens`' ``mixed``).
     notes = sub.get_column("row").unique().sort()
     text = pl.from_arrow(texts.cast(pa.large_string()).take(notes.to_arrow()))
@@ -865,40 +867,7 @@ def place_counts(
         & ~pl.col("w").is_in(list(UNITS))
         & pl.col("w").str.contains(r"^\p{L}")
     )
-    run = sub.filter(pl.col("k").is_in(starts_at.implode()) & pl.col("placeish")).select(
-        "row", "k", "s", "e", "w"
-    )
-    out = []
-    for j in range(max_words):
-        if j:
-            nxt = sub.select(
-                "row",
-                (pl.col("k") - j).alias("k"),
-                pl.col("e").alias("e2"),
-                pl.col("w").alias("w2"),
-                "placeish",
-                "gap",
-            )
-            run = (
-                run.join(nxt, on=["row", "k"])
-                .filter(pl.col("placeish") & (pl.col("gap") == 1))
-                .select(
-                    "row",
-                    "k",
-                    "s",
-                    pl.col("e2").alias("e"),
-                    pl.concat_str(["w", "w2"], separator=" ").alias("w"),
-                )
-            )
-        if run.height == 0:
-            break
-        out.append(run)
-    if not out:
-        return _counted(
-            pl.DataFrame(schema={"row": pl.Int64, "s": pl.Int64, "e": pl.Int64, "w": pl.String})
-        )
-    longest = pl.concat(out).sort("e", descending=True).unique(["row", "k"], keep="first")
-    return _counted(longest.select("row", "s", "e", "w"))
+    return _counted(_place_runs(sub, starts, max_words))
 
 
 def _counted(ctx: pl.DataFrame) -> pl.DataFrame:
