@@ -245,10 +245,10 @@ def test_doc_spans_merge_each_documents_spans_as_merged_spans_does(rows):
 
 def test_doc_spans_find_checks_the_id_when_hashes_collide(monkeypatch):
     """Every id hashing alike: a lookup still returns the row of the very id, or -1."""
-    from phisieve.protection import scope
+    from phisieve.io import lookup
 
     spans = DocSpans.from_dict({"a": ([0], [2]), "b": ([1], [3]), "c": ([5], [9])})
-    monkeypatch.setattr(scope, "_hashes", lambda ids: np.zeros(len(ids), np.uint64))
+    monkeypatch.setattr(lookup, "string_hashes", lambda ids: np.zeros(len(ids), np.uint64))
     collided = DocSpans(spans.docs, spans.offsets, spans.starts, spans.ends)
     rows = collided.find(["c", "x", "a", "b", None])
     assert [collided.docs[int(r)].as_py() if r >= 0 else None for r in rows] == [

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from .. import _core
 from ..errors import ConfigError, InputError, PhisieveError, not_consecutive
+from ..io.lookup import StringIndex
 from ..io.sources import open_source, require_columns, string_array
 from ..protection.scope import (
     DEFAULT_SCOPE,
@@ -73,7 +74,7 @@ def _word_flags(
     normalize: str,
     marker: Any,
     policy: str,
-    direct_terms: pa.Array,
+    direct_terms: StringIndex,
     patient_scope: bool,
     spans: DocSpans | None,
 ) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
@@ -90,7 +91,7 @@ def _word_flags(
         indirect = _flat(marker.mark(texts, policy=policy)).astype(bool)
     else:
         indirect = np.zeros(len(flat), bool)
-    corpus = pc.is_in(flat, value_set=direct_terms).to_numpy(zero_copy_only=False)
+    corpus = direct_terms.contains(flat)
     span = np.zeros(len(flat), bool)
     if spans is not None:
         span = spans.overlap(
@@ -219,13 +220,13 @@ class Encoder:
         self.rust = rust_tokenizer(self.backend)
         self.marker = None
         self._marker_terms: pa.Array | None = None
-        self.direct_terms = pa.array([], pa.string())
+        self.direct_terms = StringIndex(pa.array([], pa.string()))
         if terms is not None:
             require_columns(terms.schema, ["term", "n", "indirect", "direct"], "terms")
             usable = terms.filter(pc.less_equal(terms.column("n"), ngram))
             self._marker_terms = string_array(usable.filter(pc.field("indirect")).column("term"))
             self.marker = _core.Marker(self._marker_terms, normalize=self.normalize)
-            self.direct_terms = string_array(terms.filter(pc.field("direct")).column("term"))
+            self.direct_terms = StringIndex(terms.filter(pc.field("direct")).column("term"))
         self.patient_scope = patient_scope and spans is not None
         self._held: list[pa.RecordBatch] = []
         self._held_patient: str | None = None

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ..io.lookup import StringIndex
 from ..io.sources import string_array
 
 __all__ = ["SequenceOffsets", "count_sequences", "patient_order"]
@@ -56,6 +56,7 @@ class SequenceOffsets:
         order = patient_order(counts)
         sizes = np.fromiter((counts[p] for p in order), dtype=np.uint64, count=len(order))
         self.patients = pa.array(order, pa.string())
+        self._index = StringIndex(self.patients)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
         self.total = int(sizes.sum())
 
@@ -63,10 +64,10 @@ class SequenceOffsets:
         """``batch`` with corpus-wide ``seq_id`` (its own are numbers within the patient)."""
         if batch.num_rows == 0:
             return batch
-        at = pc.index_in(string_array(batch.column("patient_id")), value_set=self.patients)
-        if at.null_count:  # pragma: no cover - every patient was counted
+        at = self._index.find(batch.column("patient_id"))
+        if (at < 0).any():  # pragma: no cover - every patient was counted
             raise ValueError("a patient without a sequence count")
         own = batch.column("seq_id").to_numpy(zero_copy_only=False).astype(np.uint64)
-        seq = self.offsets[at.to_numpy(zero_copy_only=False)] + own
+        seq = self.offsets[at] + own
         i = batch.schema.get_field_index("seq_id")
         return batch.set_column(i, batch.schema.field(i), pa.array(seq, pa.uint64()))

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from .. import _core
 from ..errors import ConfigError
+from ..io.lookup import StringIndex
 from ..io.sources import open_source, require_columns, string_array
 from .policy import DEFAULT_MIN_SHARE, DEFAULT_SCOPE, check_scope
 
@@ -109,9 +110,7 @@ class DocSpans:
     ) -> None:
         self.docs = docs
         self.offsets, self.starts, self.ends = offsets, starts, ends
-        hashes = _hashes(docs)
-        self._order = np.argsort(hashes, kind="stable")
-        self._hashes = hashes[self._order]
+        self._index = StringIndex(docs)
 
     @classmethod
     def empty(cls) -> DocSpans:
@@ -203,30 +202,7 @@ class DocSpans:
 
     def find(self, doc_ids: pa.Array | list[str]) -> np.ndarray:
         """The row of each id in :attr:`docs` (int64, -1 when it has no span)."""
-        given = isinstance(doc_ids, (pa.Array, pa.ChunkedArray))
-        ids = string_array(doc_ids if given else pa.array(doc_ids, pa.string()))
-        rows = np.full(len(ids), -1, np.int64)
-        if not len(self.docs) or not len(ids):
-            return rows
-        q = _hashes(ids)
-        at = np.minimum(np.searchsorted(self._hashes, q), len(self._hashes) - 1)
-        hit = np.flatnonzero(self._hashes[at] == q)
-        if not len(hit):
-            return rows
-        rows[hit] = self._order[at[hit]]
-        same = pc.equal(self.docs.take(pa.array(rows[hit])), ids.take(pa.array(hit)))
-        for i in hit[~pc.fill_null(same, False).to_numpy(zero_copy_only=False)]:
-            rows[i] = self._search(ids[i].as_py(), q[i])  # hashes collide: check them all
-        return rows
-
-    def _search(self, doc: str | None, h: np.uint64) -> int:
-        lo = int(np.searchsorted(self._hashes, h, side="left"))
-        hi = int(np.searchsorted(self._hashes, h, side="right"))
-        for j in range(lo, hi):
-            row = int(self._order[j])
-            if self.docs[row].as_py() == doc:
-                return row
-        return -1
+        return self._index.find(doc_ids)
 
     def overlap(
         self,
@@ -256,12 +232,6 @@ class DocSpans:
             [np.ones(total, bool)],
         )  # fmt: skip
         return inside
-
-
-def _hashes(ids: pa.Array) -> np.ndarray:
-    """The ids' 64-bit hashes (a null id hashes as 0; it is never found)."""
-    h = _core.id_hashes(string_array(ids))
-    return pc.fill_null(h, 0).to_numpy(zero_copy_only=False)
 
 
 def _ints(col: pa.Array) -> np.ndarray:
