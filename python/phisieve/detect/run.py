@@ -53,7 +53,7 @@ from ..errors import ConfigError, InputError
 from ..io.schema import SPANS, spans_array
 from ..io.sources import BatchSource, open_source, require_columns
 from ..pipeline.work import Work, work
-from ..text.words import normalize_word, tokenize
+from ..text.words import normalize_word
 from .recognizers import SPAN_ROWS, dictionaries
 from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
 
@@ -92,14 +92,7 @@ def _rule_rows(texts: pa.Array) -> pl.DataFrame:
 
 
 def _list_rows(texts: pa.Array, deny: dict[str, str]) -> pl.DataFrame:
-    words = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
-    assert isinstance(words, pl.DataFrame)
-    flat = (
-        words.with_row_index("row")
-        .explode(["s", "e", "w"])
-        .drop_nulls("w")
-        .filter(pl.col("w").is_in(list(deny)))
-    )
+    flat = dictionaries.word_rows(texts).filter(pl.col("w").is_in(list(deny)))
     return flat.select(
         pl.col("row").cast(pl.Int64),
         pl.col("s").cast(pl.Int32).alias("start"),

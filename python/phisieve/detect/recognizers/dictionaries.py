@@ -810,18 +810,22 @@ def harvest(tok: pl.DataFrame) -> pl.DataFrame:
     return _counted(context_places(tok))
 
 
+def word_rows(texts: pa.Array) -> pl.DataFrame:
+    """One row per word of ``texts`` (:func:`~phisieve.text.words.tokenize`): ``row`` (the
+    note), ``s``, ``e`` (code points) and ``w`` (normalised), in the notes' order."""
+    tok = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
+    assert isinstance(tok, pl.DataFrame)
+    return tok.with_row_index("row").explode(["s", "e", "w"]).drop_nulls("w")
+
+
 def place_counts(
     texts: pa.Array, lex: Lexicon, max_zipf: float = MAX_ZIPF, max_words: int = 3
 ) -> pl.DataFrame:
     """:func:`harvest` of the :func:`features` of the :func:`tokens` of ``texts`` (the same
     counts, ``w`` and ``hits``), with the words' features worked out only where a place may
     be named: the few words after a trigger. The corpus pass that learns the places."""
-    tok = pl.from_arrow(pa.RecordBatch.from_arrays(list(tokenize(texts)), ["s", "e", "w"]))
-    assert isinstance(tok, pl.DataFrame)
     tok = (
-        tok.with_row_index("row")
-        .explode(["s", "e", "w"])
-        .drop_nulls("w")
+        word_rows(texts)
         .with_columns(pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64))
         .with_row_index("k")
         .with_columns(gap=pl.col("s") - _shifted("e", 1))
