@@ -22,6 +22,10 @@ if os.environ.get("OMP_NUM_THREADS", os.environ.get(_THREADS)) == os.environ.get
     _threads = str(max(1, (os.cpu_count() or 1) // _workers))
     os.environ["OMP_NUM_THREADS"] = os.environ[_THREADS] = _threads
 
+# Tables phisieve derives from installed packages (the dictionaries) are cached between
+# processes and runs (phisieve.io.cache): here, not in the user's ~/.cache.
+os.environ.setdefault("PHISIEVE_CACHE_DIR", str(REPO / ".pytest_cache" / "phisieve"))
+
 
 def corpus_dir() -> Path:
     """The PhysioNet deid corpus: $PHISIEVE_TEST_CORPUS or ../shared/data/physionet-deid."""

@@ -335,3 +335,47 @@ def test_place_counts_match_the_reference_on_any_notes(notes):
     texts = pa.array(notes, pa.string())
     got = sorted(dictionaries.place_counts(texts, dictionaries.lexicon()).iter_rows())
     assert got == _reference_counts(texts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    words=st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "cc", "dé", "", "zz"])),
+                   max_size=30),
+    table=st.dictionaries(st.sampled_from(["a", "b", "cc", "dé", "", "q"]),
+                          st.tuples(st.one_of(st.none(), st.integers(-5, 5)), st.booleans()),
+                          max_size=6),
+)  # fmt: skip
+def test_look_up_is_a_left_join_on_the_word_that_keeps_the_order(
+    words: list[str | None], table: dict[str, tuple[int | None, bool]]
+) -> None:
+    import polars as pl
+
+    from phisieve.io.lookup import StringIndex
+
+    tok = pl.DataFrame(
+        {"row": list(range(len(words))), "w": words}, schema={"row": pl.Int64, "w": pl.String}
+    )
+    right = pl.DataFrame(
+        {"w": list(table), "n": [v[0] for v in table.values()],
+         "f": [v[1] for v in table.values()]},
+        schema={"w": pl.String, "n": pl.Int64, "f": pl.Boolean},
+    )  # fmt: skip
+    index = StringIndex(right.get_column("w").to_arrow())
+    want = tok.join(right, on="w", how="left", maintain_order="left")
+    got = dictionaries.look_up(tok, right, index, ["n", "f"])
+    assert got.equals(want)
+    assert got.schema == want.schema
+
+
+def test_the_corpus_statistics_index_is_not_pickled() -> None:
+    import pickle
+
+    stats = dictionaries.CorpusStats.of(corpus([("p1", "Anna saw Bob"), ("p2", "Bob left")]))
+    assert stats.index.find(["bob", "zed"]).tolist() == [
+        stats.words.get_column("w").to_list().index("bob"),
+        -1,
+    ]
+    again = pickle.loads(pickle.dumps(stats))
+    assert "index" not in again.__dict__
+    assert again.words.equals(stats.words)
+    assert again.index.find(["bob"]).tolist() == stats.index.find(["bob"]).tolist()

@@ -391,8 +391,10 @@ def crf_words(values: pl.DataFrame) -> Any:
     from ... import _core
 
     per_note = values.group_by("row", maintain_order=True).len().get_column("len")
+    # polars' own string views, as they are (the default copies them into large strings).
+    view = pl.CompatLevel.newest()
     return _core.CrfWords(
-        [(c, values.get_column(c).to_arrow(), null) for c, null in WORD_COLUMNS],
+        [(c, values.get_column(c).to_arrow(compat_level=view), null) for c, null in WORD_COLUMNS],
         per_note.cast(pl.Int64).to_arrow(),
     )
 

@@ -33,6 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import ConfigError
+from ...io.lookup import StringIndex
+from ...phi import census as census_module
 from ...phi.census import census_frequencies
 from ...text.words import tokenize
 
@@ -279,15 +281,39 @@ class Lexicon:
         english = self.english.with_columns(word=pl.lit(True))
         return (
             every.unique()
+            .sort("w")  # one order whatever the threads (the table is cached)
             .join(self.names, on="w", how="left")
             .join(self.zipf, on="w", how="left")
             .join(english, on="w", how="left")
         )
 
+    @functools.cached_property
+    def index(self) -> StringIndex:
+        """The rows of :attr:`words` by word, for :func:`look_up`."""
+        return StringIndex(self.words.get_column("w").to_arrow())
+
+
+LEXICON_SOURCES = ("names", "zipcodes", "wordfreq", "english-words", "polars")
+"""The packages the built-in :class:`Lexicon` is built from (and the one that stores it)."""
+
 
 @functools.cache
 def lexicon() -> Lexicon:
-    """The built-in :class:`Lexicon` (loaded once per process)."""
+    """The built-in :class:`Lexicon`, loaded once per process: from phisieve's cache
+    (:mod:`phisieve.io.cache`) when an earlier process built it with the same packages and the
+    same code, else built (seconds) and cached."""
+    from ...io import cache
+
+    key = cache.cache_key(LEXICON_SOURCES, [__file__, census_module.__file__])
+    tables = cache.tables("lexicon", key, _lexicon_tables)
+    lex = Lexicon(**{k: tables[k] for k in ("names", "places", "zipf", "english")})
+    lex.__dict__["words"] = tables["words"]  # the cached_property, already worked out
+    return lex
+
+
+def _lexicon_tables() -> dict[str, pl.DataFrame]:
+    """The tables of the built-in :class:`Lexicon`, built from the packages, and its
+    :attr:`Lexicon.words`."""
     census = _census()
     names = pl.DataFrame(
         {
@@ -300,7 +326,14 @@ def lexicon() -> Lexicon:
         words=pl.col("w").str.count_matches(" ").cast(pl.Int32) + 1
     )
     places = places.filter(pl.col("words") <= 4)
-    return Lexicon(names=names, places=places, zipf=_zipf(), english=_english())
+    lex = Lexicon(names=names, places=places, zipf=_zipf(), english=_english())
+    return {
+        "names": lex.names,
+        "places": lex.places,
+        "zipf": lex.zipf,
+        "english": lex.english,
+        "words": lex.words,
+    }
 
 
 @dataclass
@@ -310,6 +343,17 @@ class CorpusStats:
     patients: int
     words: pl.DataFrame = field(repr=False)
     """``w``, ``patients`` (how many use it) and ``uses`` (its occurrences)."""
+
+    @functools.cached_property
+    def index(self) -> StringIndex:
+        """The rows of :attr:`words` by word, for :func:`look_up` (worked out in each process
+        that looks words up, never pickled)."""
+        return StringIndex(self.words.get_column("w").to_arrow())
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("index", None)
+        return state
 
     def rare_limit(self, share: float) -> int:
         """Words used by at most this many patients count as rare (at least 2)."""
@@ -500,6 +544,19 @@ def _phrases(tok: pl.DataFrame, phrases: pl.DataFrame) -> Iterator[tuple[int, pl
         yield n, grams.join(these.select("w"), on="w", how="semi")
 
 
+def look_up(
+    tok: pl.DataFrame, table: pl.DataFrame, index: StringIndex, columns: Iterable[str]
+) -> pl.DataFrame:
+    """``tok`` with ``columns`` of the row of ``table`` (unique words ``w``, rows found by
+    ``index``) of each of its words: null where ``table`` has no such word. The same as a left
+    join on ``w`` that keeps ``tok``'s order, but ``table`` is hashed once (``index``), not
+    again at every batch: a lexicon of 800k words, or a corpus's vocabulary."""
+    at = index.find(tok.get_column("w").to_arrow())
+    rows = pl.Series(at, dtype=pl.Int64)
+    rows = rows.set(rows < 0, None).cast(pl.UInt32)  # type: ignore[arg-type]
+    return pl.concat([tok, table.select(pl.col(list(columns)).gather(rows))], how="horizontal")
+
+
 def features(
     tok: pl.DataFrame,
     lex: Lexicon,
@@ -512,10 +569,9 @@ def features(
     word common in this corpus, a hospital unit, or not alphabetic; ``unit`` alone: a unit,
     an eponym or not alphabetic) to ``tokens``."""
     # The context rules shift over neighbouring words: the joins keep the words' order.
-    tok = tok.join(lex.words, on="w", how="left", maintain_order="left")
+    tok = look_up(tok, lex.words, lex.index, [c for c in lex.words.columns if c != "w"])
     if stats is not None:
-        patients = stats.words.select("w", "patients")
-        tok = tok.join(patients, on="w", how="left", maintain_order="left")
+        tok = look_up(tok, stats.words, stats.index, ["patients"])
         common = pl.col("patients").fill_null(0) > stats.rare_limit(rare_share)
     else:
         tok = tok.with_columns(patients=pl.lit(None, pl.Int64))
@@ -842,7 +898,8 @@ def place_counts(
     assert isinstance(raw, pl.Series)
     sub = sub.join(
         pl.DataFrame({"row": notes, "mixed": mixed}), on="row", how="left", maintain_order="left"
-    ).join(lex.zipf, on="w", how="left", maintain_order="left")
+    )
+    sub = look_up(sub, lex.words, lex.index, ["zipf"])  # lex.zipf's, or null
     # The word as written: the note's characters from s to e.
     sub = sub.with_columns(
         raw=pl.Series(
