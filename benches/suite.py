@@ -32,7 +32,11 @@ measured, never CPU time / 16: the time with one worker at 1B words (from the la
 at its slope, never below linear), scaled by Amdahl's law with the serial share that the
 speed-up measured with the most workers implies (``1 / S(W) = f + (1 - f) / W``; a stage
 that gained nothing is all serial). It assumes the parallel part keeps scaling to 16
-workers, on a machine with the memory bandwidth for it.
+workers, on a machine with the memory bandwidth for it. One process with ``--workers 1``
+already runs its thread pools (polars, Rust) on every core, so on a small machine its
+speed-up understates the workers' and its serial share overstates theirs; ``--pinned`` also
+runs each stage as one process on one thread (what each of W workers on W cores gets) and
+projects from that baseline too.
 
     make bench                                       # 1M and 10M words, 1 and 2 workers
     python benches/suite.py --tokens 1M,10M,100M --workers 1,2 --fragment-max 10M
@@ -237,9 +241,21 @@ def child(what: str, work: Path, workers: int = 1) -> None:
     print(json.dumps(out))
 
 
-def measure(what: str, work: Path, workers: int = 1) -> dict:
+ONE_THREAD = {
+    "POLARS_MAX_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+"""What pins a process's thread pools to one thread (what each worker of W on W cores gets)."""
+
+
+def measure(what: str, work: Path, workers: int = 1, pinned: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", what, "--work", str(work), "--w", str(workers)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, **ONE_THREAD} if pinned else None
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise SystemExit(f"{what} failed:\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -312,10 +328,16 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def efficiency(rows: list[dict], words: int, workers: int) -> float | None:
-    """``t(1) / (W t(W))`` at ``words`` (``None`` when one of them was not run)."""
-    one = next((r for r in rows if r["words"] == words and r["workers"] == 1), None)
-    many = next((r for r in rows if r["words"] == words and r["workers"] == workers), None)
+def _run(rows: list[dict], words: int, workers: int, pinned: bool = False) -> dict | None:
+    return next((r for r in rows if r["words"] == words and r["workers"] == workers
+                 and r.get("pinned", False) == pinned), None)  # fmt: skip
+
+
+def efficiency(rows: list[dict], words: int, workers: int, pinned: bool = False) -> float | None:
+    """``t(1) / (W t(W))`` at ``words`` (``None`` when one of them was not run); with
+    ``pinned``, t(1) is one process on one thread."""
+    one = _run(rows, words, 1, pinned)
+    many = _run(rows, words, workers)
     if one is None or many is None:
         return None
     return one["seconds"] / (workers * many["seconds"])
@@ -325,7 +347,7 @@ def project(rows: list[dict], workers: list[int]) -> dict[str, float | None]:
     """1B words with one worker here (from the largest size at its slope, never below
     linear), on 16 cores from the measured efficiency of the most workers run
     (``e(16) = e(W) ** log_W 16``), and its CPU time."""
-    ones = [r for r in rows if r["workers"] == 1]
+    ones = [r for r in rows if r["workers"] == 1 and not r.get("pinned")]
     xs, ys = [r["words"] for r in ones], [r["seconds"] for r in ones]
     s = slope(xs, ys)
     grow = (MIMIC_WORDS / xs[-1]) ** max(s if s is not None else 1.0, 1.0)
@@ -339,6 +361,17 @@ def project(rows: list[dict], workers: list[int]) -> dict[str, float | None]:
         f = serial_share(most * e, most)
         out["serial"] = f
         out["sixteen"] = one * (f + (1 - f) / 16)
+    # Against one process on one thread (each of 16 workers on 16 cores gets one): its time
+    # at 1B words grown as the one worker's, the serial share from its speed-up.
+    pinned = _run(rows, xs[-1], 1, pinned=True)
+    out["pinned_one"] = out["pinned_serial"] = out["pinned_sixteen"] = None
+    if pinned is not None:
+        out["pinned_one"] = p_one = pinned["seconds"] * grow
+        ep = efficiency(rows, xs[-1], most, pinned=True) if most > 1 else None
+        if ep is not None:
+            fp = serial_share(most * ep, most)
+            out["pinned_serial"] = fp
+            out["pinned_sixteen"] = p_one * (fp + (1 - fp) / 16)
     return out
 
 
@@ -357,6 +390,9 @@ def main() -> None:
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--anchor-max", default="10M", help="largest size the anchors run at")
     p.add_argument("--fragment-max", default="10M", help="largest size fragment runs at")
+    p.add_argument("--pinned", action="store_true",
+                   help="also run each stage as one process on one thread (a second baseline "
+                   "for the speed-ups and the 16-core projection)")  # fmt: skip
     p.add_argument("--root", type=Path, default=Path("/tmp/phisieve-suite"))
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "suite")
     p.add_argument("--child")
@@ -397,13 +433,19 @@ def main() -> None:
                 continue
             # The last run (the most workers) leaves the output the next stages read; the
             # outputs are the same files whatever the workers.
-            for w in counts if stage != "mask" else [1]:
-                r = measure(stage, work, w)
+            runs = [(w, False) for w in (counts if stage != "mask" else [1])]
+            if args.pinned and stage in stages and stage != "mask":
+                runs.insert(0, (1, True))
+            for w, pinned in runs:
+                r = measure(stage, work, w, pinned)
                 r["words"] = meta["words"]
+                r["pinned"] = pinned
                 if stage in stages:
                     results["stages"].setdefault(stage, []).append(r)
-                print(f"  {stage:<8} w={w} {r['seconds']:8.2f} s  {r['peak_rss_mib']:7.0f} MiB"
-                      f"  {r['cpu_seconds']:8.2f} s CPU", flush=True)  # fmt: skip
+                label = "1 thread" if pinned else f"w={w}"
+                print(f"  {stage:<8} {label:<8} {r['seconds']:8.2f} s  "
+                      f"{r['peak_rss_mib']:7.0f} MiB  {r['cpu_seconds']:8.2f} s CPU",
+                      flush=True)  # fmt: skip
             anchor = ANCHORS.get(stage)
             if stage in stages and anchor and words <= anchor_max:
                 a = measure(anchor, work)
@@ -437,8 +479,10 @@ def report(results: dict, machine: str) -> str:
              "| stage | workers | " + " | ".join(heads) + " |",
              "|---|---:|" + "---:|" * len(heads)]  # fmt: skip
     for stage, rows in results["stages"].items():
-        for w in counts:
-            mine = [r for r in rows if r["workers"] == w]
+        for w in [*counts, "1 thread"]:
+            pinned = w == "1 thread"
+            mine = [r for r in rows if r.get("pinned", False) == pinned
+                    and (pinned or r["workers"] == w)]  # fmt: skip
             if not mine:
                 continue
             cells = []
@@ -470,6 +514,17 @@ def report(results: dict, machine: str) -> str:
                 e = efficiency(rows, meta["words"], most)
                 cells.append("—" if e is None else f"{e:.2f} ({e * most:.2f}×)")
             lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+        if any(r.get("pinned") for rows in results["stages"].values() for r in rows):
+            lines += ["", f"Against one process on one thread (`--pinned`): efficiency of "
+                      f"{most} workers, t(1 thread) / ({most} t({most})), and speed-up:", "",
+                      "| stage | " + " | ".join(heads[: len(results["sizes"])]) + " |",
+                      "|---|" + "---:|" * len(results["sizes"])]  # fmt: skip
+            for stage, rows in results["stages"].items():
+                cells = []
+                for meta in results["sizes"]:
+                    e = efficiency(rows, meta["words"], most, pinned=True)
+                    cells.append("—" if e is None else f"{e:.2f} ({e * most:.2f}×)")
+                lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     lines += ["", "Projection to 1B words (MIMIC-III): one worker here from the largest size at "
               "its slope (never below linear); 16 cores by Amdahl's law from the speed-up "
               f"measured with {most} workers at the largest size (serial share f from "
@@ -493,6 +548,23 @@ def report(results: dict, machine: str) -> str:
             sixteen = sum(projected[st]["sixteen"] for st in chain)
             line += f", {_minutes(sixteen)} on 16 cores (Amdahl, from the measured speed-ups)"
         lines += ["", line + "."]
+        if all(projected[st]["pinned_sixteen"] is not None for st in chain):
+            lines += ["", "The same from one process on one thread (`--pinned`; each of 16 "
+                      "workers on 16 cores gets one thread), serial share from its speed-up:",
+                      "", "| stage | 1 thread here | serial share | 16 cores |",
+                      "|---|---:|---:|---:|"]  # fmt: skip
+            for st in chain:
+                pr = projected[st]
+                lines.append(
+                    f"| {st} | {_minutes(pr['pinned_one'])} | "
+                    f"{pr['pinned_serial']:.2f} | {_minutes(pr['pinned_sixteen'])} |"
+                )
+            total = sum(projected[st]["pinned_sixteen"] for st in chain)
+            lines += [
+                "",
+                f"{' → '.join(chain)} for 1B words on 16 cores, from one thread: "
+                f"{_minutes(total)}.",
+            ]
     return "\n".join(lines)
 
 
