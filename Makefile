@@ -60,7 +60,7 @@ crf-model: build
 	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" --out $(CRF_MODEL) --overwrite
 
 bench: build
-	$(BIN)/python benches/suite.py --tokens 1M,10M --workers 1,2 --fragment-max 1M --out benches/suite
+	$(BIN)/python benches/suite.py --tokens 1M,10M --workers 1,2 --pinned --fragment-max 1M --out benches/suite
 
 lint: build
 	$(BIN)/ruff check python tests benches models
