@@ -108,6 +108,8 @@ def test_only_the_runner_opens_writers_and_only_the_pipeline_makes_scratch_folde
             hits = [h for h in hits if "tempfile" not in h]
         if name == "io/dataset.py":  # where the writers are defined
             hits = [h for h in hits if "tempfile" in h]
+        if name == "io/cache.py":  # a cache entry is built beside it, then renamed in whole
+            hits = [h for h in hits if "tempfile" not in h]
         if hits:
             found[name] = hits
     assert found == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -150,3 +151,15 @@ def test_the_lexicon_from_the_cache_is_the_lexicon_built(
     for k, frame in built.items():
         for where in outs:
             assert pl.read_ipc(where / f"{k}.arrow").equals(frame), (k, where.name)
+
+
+def test_a_killed_writer_s_temporary_folder_is_removed_once_stale(root: Path) -> None:
+    root.mkdir(parents=True)
+    stale, fresh = root / ".t-k-dead", root / ".t-k-live"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "a.arrow").write_bytes(b"half")
+    old = time.time() - cache.STALE_SECONDS - 60
+    os.utime(stale, (old, old))
+    cache.tables("t", "k", Builds())
+    assert sorted(p.name for p in root.iterdir()) == [".t-k-live", "t-k"]

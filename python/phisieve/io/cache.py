@@ -10,16 +10,19 @@ Where: ``$PHISIEVE_CACHE_DIR`` when set (empty, ``0`` or ``off``: no cache), els
 ``$XDG_CACHE_HOME/phisieve``, else ``~/.cache/phisieve``. A folder that cannot be written only
 costs the build; an entry that cannot be read is built again. Entries are written to a
 temporary folder and renamed into place whole, so processes that build at once never read a
-half-written one.
+half-written one; the temporary folder of a process killed while writing is removed by the
+next write, once it is :data:`STALE_SECONDS` old.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
@@ -80,12 +83,21 @@ def _read(folder: Path) -> dict[str, pl.DataFrame] | None:
         return None
 
 
+STALE_SECONDS = 600.0
+"""A temporary entry folder older than this was left by a process that died while writing."""
+
+
 def _write(folder: Path, built: dict[str, pl.DataFrame]) -> None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     except OSError:
         return  # a folder that cannot be written: no cache
+    now = time.time()
+    for left in folder.parent.glob(".*-*"):  # killed writers' (a live one's is younger)
+        with contextlib.suppress(OSError):
+            if left != tmp and now - left.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(left, ignore_errors=True)
     try:
         for name, frame in built.items():
             frame.write_ipc(tmp / f"{name}.arrow", compression="uncompressed")
