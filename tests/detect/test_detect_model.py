@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from phisieve.cli import main
+from phisieve.detect import train as train_module
 from phisieve.detect.labels import CATEGORIES, LABELS, category
 from phisieve.detect.recognizers.model import ModelRecognizer
 from phisieve.detect.run import evaluate, find_spans
@@ -261,7 +262,9 @@ def test_detect_train_and_detect_commands(tiny_base: Path, tmp_path, capsys):
             "--device", "cpu", "--epochs", "30", "--batch-size", "8", "--learning-rate", "2e-3",
             "--max-length", "32", "--stride", "8", "-q"]  # fmt: skip
     main(args)
-    assert "trained on 40 notes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "trained on 40 notes" in out
+    assert "40 gold spans, 0 covering no token" in out
     with pytest.raises(SystemExit) as e:
         main(args)
     assert e.value.code == 2
@@ -332,7 +335,7 @@ def test_cross_validation_trains_one_model_per_fold(
     assert "augment must be >= 0" in capsys.readouterr().err
 
 
-def test_training_on_hostile_notes(tiny_base: Path, tmp_path):
+def test_training_on_hostile_notes(tiny_base: Path, tmp_path, monkeypatch):
     import math
 
     from phisieve.errors import InputError
@@ -341,10 +344,15 @@ def test_training_on_hostile_notes(tiny_base: Path, tmp_path):
     texts = documents.column("text").to_pylist()
     texts[0], texts[1] = "", None  # their gold spans now point past the end
     documents = documents.set_column(2, "text", pa.array(texts, pa.large_string()))
-    stats = train_recognizer(
-        documents, gold, tiny_base, tmp_path / "m", Options(device="cpu", **{**TRAIN, "epochs": 2})
-    )
+    options = Options(device="cpu", **{**TRAIN, "epochs": 2})
+    # Two notes' spans of eight cover no token: far more than a small share, refused (counts
+    # only, no text).
+    with pytest.raises(InputError, match=r"^2 of 8 gold spans cover no token"):
+        train_recognizer(documents, gold, tiny_base, tmp_path / "m", options)
+    monkeypatch.setattr(train_module, "MAX_UNALIGNED", 0.5)
+    stats = train_recognizer(documents, gold, tiny_base, tmp_path / "m", options)
     assert stats["positive_windows"] == 6 and math.isfinite(stats["final_loss"])
+    assert (stats["gold_spans"], stats["aligned_spans"], stats["unaligned_spans"]) == (8, 6, 2)
     none = gold.set_column(
         1, "spans", pa.array([[]] * gold.num_rows, gold.schema.field("spans").type)
     )

@@ -290,6 +290,8 @@ class DetectTrainStage(BuildStage):
     summary = (
         "trained on {notes:,} notes ({windows:,} windows, {steps:,} steps, final loss "
         "{final_loss:.4f}) in {seconds:.0f} s on {device}: {out}",
+        "{tokens:,} tokens cut into {windows_made:,} windows ({positive_windows:,} with PHI); "
+        "{gold_spans:,} gold spans, {unaligned_spans:,} covering no token",
     )
 
     def check(self) -> None:

@@ -32,8 +32,9 @@ from ..io.annotated import is_physionet, read_physionet
 from ..io.sources import open_source, read_spans, require_columns
 from ..pipeline.work import Work, work
 from .labels import CATEGORIES, LABELS, category
-from .recognizers.model import FORMAT, _device, _encode, _quiet_loading
+from .recognizers.model import FORMAT, _device, _quiet_loading
 from .stage import DetectTrainOptions, check_options
+from .windows import Windows, windows
 
 __all__ = ["read_annotated", "token_labels", "train_recognizer"]
 
@@ -92,6 +93,28 @@ def token_labels(
         cat = category(spans[j]["label"]) or "OTHER"
         out.append(LABELS.index(("I-" if previous == j else "B-") + cat))
         previous = j
+    return out
+
+
+MAX_UNALIGNED = 0.01
+"""The largest share of gold spans that may cover no token before ``detect-train`` refuses."""
+
+
+def aligned(win: Windows, spans: list[list[dict[str, Any]]]) -> dict[str, int]:
+    """How many gold spans (of a PHI category, :func:`category`) the windows' tokens of
+    their note overlap (``aligned_spans``), and how many no token does (``unaligned_spans``:
+    whitespace, or characters the tokenizer drops). ``spans[d]``: note ``d``'s."""
+    out = {"gold_spans": 0, "aligned_spans": 0, "unaligned_spans": 0}
+    for d, found in enumerate(spans):
+        found = [s for s in found if category(s["label"]) is not None]
+        if not found:
+            continue
+        a, b = np.searchsorted(win.doc, [d, d + 1])  # the windows are in note order
+        tok = win.offsets[a:b][win.inside[a:b]]
+        for s in found:
+            hit = bool(np.any((tok[:, 0] < s["end"]) & (tok[:, 1] > s["start"])))
+            out["gold_spans"] += 1
+            out["aligned_spans" if hit else "unaligned_spans"] += 1
     return out
 
 
@@ -184,16 +207,23 @@ def train_recognizer(
         spans_of.update(
             zip(copies_gold["doc_id"].to_pylist(), copies_gold["spans"].to_pylist(), strict=True)
         )
-    enc = _encode(tokenizer, texts, max_length, stride)
+    win = windows(tokenizer, texts, max_length, stride)
+    alignment = aligned(win, [spans_of.get(d) or [] for d in doc_ids])
+    if alignment["unaligned_spans"] > MAX_UNALIGNED * max(1, alignment["gold_spans"]):
+        raise InputError(
+            f"{alignment['unaligned_spans']:,} of {alignment['gold_spans']:,} gold spans cover no "
+            f"token of the base model's tokenizer (more than {MAX_UNALIGNED:.0%}): the spans' "
+            "offsets do not match the notes (code points expected), or the tokenizer drops "
+            "their characters"
+        )
     rows, labels = [], []
     positive = 0
     seen: dict[int, int] = {}
-    for w, doc in enumerate(enc["overflow_to_sample_mapping"]):
+    for w, doc in enumerate(win.doc.tolist()):
         k = seen.get(doc, 0)
         seen[doc] = k + 1
-        lab = token_labels(
-            enc["offset_mapping"][w], enc.sequence_ids(w), spans_of.get(doc_ids[doc]) or []
-        )
+        seq = [0 if x else None for x in win.inside[w].tolist()]
+        lab = token_labels(win.offsets[w].tolist(), seq, spans_of.get(doc_ids[doc]) or [])
         has_phi = any(v > 0 for v in lab)
         positive += has_phi
         if not any(v >= 0 for v in lab):
@@ -203,8 +233,8 @@ def train_recognizer(
             labels.append(lab)
     if not positive:
         raise InputError("the annotated notes have no gold PHI span to learn from")
-    ids = torch.tensor([enc["input_ids"][w] for w in rows])
-    mask = torch.tensor([enc["attention_mask"][w] for w in rows])
+    ids = torch.from_numpy(win.input_ids[rows])
+    mask = torch.from_numpy(win.attention_mask[rows])
     target = torch.tensor(labels)
     dev = _device(o.device)
     model.to(dev)
@@ -250,6 +280,9 @@ def train_recognizer(
         "seed": seed,
         "notes": documents.num_rows,
         "refilled_copies": copied,
+        "tokens": int(win.tokens.sum()),
+        **alignment,
+        "windows_made": len(win),
         "windows": len(rows),
         "positive_windows": positive,
         "epochs": epochs,

@@ -22,25 +22,12 @@ import numpy as np
 from ...errors import ConfigError
 from ...pipeline.progress import quiet_transformers as _quiet_loading
 from ..labels import LABELS
+from ..windows import Windows, windows
 
 __all__ = ["FORMAT", "ModelRecognizer"]
 
 FORMAT = "phisieve-recognizer/1"
 """The ``format`` of a recognizer folder's ``phisieve.json``."""
-
-
-def _encode(tokenizer: Any, texts: list[str], max_length: int, stride: int) -> Any:
-    if stride >= max_length - 2:
-        raise ConfigError(f"the stride ({stride}) must be below max_length - 2 ({max_length - 2})")
-    return tokenizer(
-        texts,
-        truncation=True,
-        max_length=max_length,
-        stride=stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="max_length",
-    )
 
 
 def _device(device: str | None) -> Any:
@@ -68,7 +55,8 @@ class ModelRecognizer:
     batch_size
         Windows per forward pass.
     max_length, stride
-        Window length and overlap in tokens; default those of training (``phisieve.json``).
+        Window length and overlap in tokens (:mod:`phisieve.detect.windows`); default those
+        of training (``phisieve.json``).
     """
 
     CHUNK_CHARS = 1 << 20
@@ -109,11 +97,11 @@ class ModelRecognizer:
         self.labels = [self.model.config.id2label[i] for i in range(len(LABELS))]
         self.o_bias = -math.log(float(self.meta.get("o_weight", 1.0)))
 
-    def _probabilities(self, enc: Any) -> np.ndarray:
+    def _probabilities(self, win: Windows) -> np.ndarray:
         import torch
 
-        ids = torch.tensor(enc["input_ids"])
-        mask = torch.tensor(enc["attention_mask"])
+        ids = torch.from_numpy(win.input_ids)
+        mask = torch.from_numpy(win.attention_mask)
         out = []
         amp = self.device.type == "cuda"
         with torch.inference_mode():
@@ -148,21 +136,21 @@ class ModelRecognizer:
         result: list[list[tuple[int, int, str, float]]] = [[] for _ in clean]
         if not any(clean):
             return result
-        enc = _encode(self.tokenizer, clean, self.max_length, self.stride)
-        probs = self._probabilities(enc)
+        win = windows(self.tokenizer, clean, self.max_length, self.stride)
+        probs = self._probabilities(win)
         # Each token of a note takes the prediction of the window where it lies farthest
         # from the window's edges (windows overlap by `stride` tokens).
         best: list[dict[tuple[int, int], tuple[int, int, float]]] = [{} for _ in clean]
-        for w, doc in enumerate(enc["overflow_to_sample_mapping"]):
-            seq = enc.sequence_ids(w)
-            inside = [i for i, s in enumerate(seq) if s is not None]
+        for w, doc in enumerate(win.doc.tolist()):
+            inside = np.flatnonzero(win.inside[w]).tolist()
             if not inside:
                 continue
             first, last = inside[0], inside[-1]
             p = probs[w]
             arg = p.argmax(-1)
+            spans = win.offsets[w].tolist()
             for i in inside:
-                start, end = enc["offset_mapping"][w][i]
+                start, end = spans[i]
                 if end <= start:
                     continue
                 margin = min(i - first, last - i)
