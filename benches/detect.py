@@ -5,7 +5,7 @@ phisieve's rules on one rayon thread), and are scored against the gold spans the
 span recall (a gold span is found when any detected span overlaps it), character precision and
 recall, notes/s.
 
-    python benches/detect.py [--notes 1450] [--model DIR]
+    python benches/detect.py [--notes 1450] [--model DIR] [--stacked DIR|installed]
 
 The default recognizers (``rules,lists,crf``) run the CRF of ``phisieve-models-physionet``
 (``make build`` installs it), trained on these very notes: their scores here are no claim of
@@ -14,6 +14,11 @@ accuracy (``detect-eval --cv`` retrains it per fold for that); their notes/s are
 ``--model DIR`` adds the default recognizers with a trained token-classification model
 (``phisieve detect-train``) on one torch thread: its notes/s on CPU. Its scores are no claim
 of accuracy when DIR was trained on these notes (use ``detect-eval --cv`` for that).
+
+``--stacked DIR`` adds the stacked CRF of ``detect-train-crf --base`` (``installed``: that of
+``phisieve-models-physionet-stacked``, ``--recognizers rules,lists,crf,model``), its model
+run by onnxruntime on one thread (8-bit weights, as ``detect`` runs it on CPU), and by
+PyTorch on one thread when the folder has its weights.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--notes", type=int, default=None, help="first N notes only")
     ap.add_argument("--model", default=None, help="a phisieve detect-train model folder")
+    ap.add_argument("--stacked", default=None, help="a stacked CRF folder, or `installed`")
     args = ap.parse_args()
 
     from phisieve import read_documents
@@ -75,10 +81,29 @@ def main() -> None:
                 ["rules", "lists", f"model:{args.model}"],
             )
         )
+    options: dict[str, dict] = {}
+    if args.stacked:
+        import json
+
+        import torch
+
+        from phisieve.detect.recognizers.crf import physionet_stacked
+
+        torch.set_num_threads(1)
+        folder = physionet_stacked() if args.stacked == "installed" else Path(args.stacked)
+        names = ["rules", "lists", f"crf:{folder}"]
+        inner = folder / json.loads((folder / "phisieve.json").read_text())["stacked"]["model"]
+        name = "phisieve rules + lists + stacked crf + model (onnxruntime int8, 1 thread)"
+        runs.append((name, names))
+        options[name] = {"model_options": {"backend": "onnx-int8", "threads": 1}}
+        if list(inner.glob("*.safetensors")):
+            name = "phisieve rules + lists + stacked crf + model (PyTorch, 1 thread)"
+            runs.append((name, names))
+            options[name] = {"model_options": {"backend": "torch", "device": "cpu"}}
     rows = []
     for name, recognizers in runs:
         t = time.perf_counter()
-        detected = find_spans(documents, recognizers)
+        detected = find_spans(documents, recognizers, **options.get(name, {}))
         seconds = time.perf_counter() - t
         r = evaluate(documents, detected, gold, seconds)
         rows.append((name, r, seconds))
@@ -96,11 +121,8 @@ def main() -> None:
         f"phisieve's default (rules + lists + crf) is "
         f"{rows[3][1]['notes_per_s'] / base:,.1f}x Presidio's notes/s"
     )
-    if args.model:
-        print(
-            f"phisieve rules + lists + model are "
-            f"{rows[5][1]['notes_per_s'] / base:,.1f}x Presidio's notes/s"
-        )
+    for name, r, _ in rows[5:]:
+        print(f"{name}: {r['notes_per_s'] / base:,.1f}x Presidio's notes/s")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ PATHS: dict[str, str] = {
     "detect": "phisieve.detect.stage:DetectStage",
     "detect-train": "phisieve.detect.stage:DetectTrainStage",
     "detect-train-crf": "phisieve.detect.stage:DetectTrainCrfStage",
+    "detect-onnx": "phisieve.detect.stage:DetectOnnxStage",
     "learn-deny": "phisieve.detect.stage:LearnDenyStage",
     "index": "phisieve.term_index.stage:IndexStage",
     "merge": "phisieve.term_index.stage:MergeStage",

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,7 +17,7 @@ from phisieve.detect.recognizers.model import ModelRecognizer
 from phisieve.detect.run import evaluate, find_spans
 from phisieve.detect.stage import DetectTrainOptions as Options
 from phisieve.detect.train import read_annotated, token_labels, train_recognizer
-from phisieve.errors import ConfigError
+from phisieve.errors import ConfigError, PhisieveError
 from phisieve.phi.placeholders import KINDS
 from phisieve.pipeline.runner import write_dataset
 from tests.detect.test_detect_cv import annotated, write_physionet
@@ -146,8 +147,18 @@ def test_training_is_a_pure_function_of_the_seed(tiny_base: Path, tiny_model: Pa
     again = tmp_path / "again"
     stats = train_recognizer(documents, gold, tiny_base, again, Options(device="cpu", **TRAIN))
     first = json.loads((tiny_model / "phisieve.json").read_text())
-    for key in ("windows", "positive_windows", "steps", "final_loss"):
+    counts = ("windows_made", "windows", "positive_windows", "steps", "tokens")
+    alignment = ("gold_spans", "aligned_spans", "unaligned_spans")
+    for key in (*counts, *alignment, "final_loss"):
         assert stats[key] == first[key]
+    assert (first["gold_spans"], first["aligned_spans"], first["unaligned_spans"]) == (48, 48, 0)
+    # The same weights, within float tolerance.
+    from safetensors.numpy import load_file
+
+    weights = [load_file(folder / "model.safetensors") for folder in (again, tiny_model)]
+    assert weights[0].keys() == weights[1].keys()
+    for name, value in weights[0].items():
+        np.testing.assert_allclose(value, weights[1][name], rtol=1e-5, atol=1e-6)
     texts = synthetic(HELD_OUT, 10, seed=3)[0].column("text").to_pylist()
     assert ModelRecognizer(again, device="cpu")(texts) == ModelRecognizer(tiny_model, device="cpu")(
         texts
@@ -212,7 +223,9 @@ def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
     assert {("617-555-0199", "PHONE"), ("3/4/2091", "DATE")} <= got
     name = [s for s in spans if text[s["start"] : s["end"]] == "Penhallow"]
     assert len(name) == 1 and "model:NAME" in name[0]["source"].split("+")
-    with pytest.raises(ConfigError, match="model:DIR"):
+    # A bare `model` is the optional stacked distribution's: missing, or installed by
+    # `make build` without the weights `make stacked-model` makes.
+    with pytest.raises(PhisieveError, match="phisieve-models-physionet-stacked"):
         find_spans(pa.table({"doc_id": ["a"], "text": [text]}), ["model"])
 
 

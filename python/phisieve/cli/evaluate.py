@@ -83,6 +83,14 @@ def detect_eval(
             "copies of each training note (see detect-train)."
         ),
     ] = 0,
+    oof: Annotated[
+        str,
+        typer.Option(
+            help="With --cv and the recognizers crf,model (stacked): where the training folds' "
+            "model scores come from: nested (models that never saw the held-out fold; "
+            "k(k-1)/2 + k models) or outer (the k models of the outer folds, which saw it)."
+        ),
+    ] = "nested",
     json_out: JsonOut = None,
     overwrite: Overwrite = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
@@ -98,7 +106,7 @@ def detect_eval(
     options = detect_options(recognizers, deny, allow, stanza_model)
     train_options = {"epochs": epochs, "learning_rate": learning_rate, "augment": augment}
     recorded = {"recognizers": recognizers, "cv": cv, "seed": seed, "learn_deny": learn_deny,
-                **train_options}  # fmt: skip
+                "oof": oof, **train_options}  # fmt: skip
     if cv:
         from ..detect.cv import cross_validate, format_mean_sd
 
@@ -121,6 +129,7 @@ def detect_eval(
             learn_deny=learn_deny,
             base=base,
             train_options=train_options,
+            oof=oof,
             on_fold=report,
             **options,
         )

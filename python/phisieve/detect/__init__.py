@@ -37,6 +37,7 @@ __getattr__, __dir__ = lazy_exports(
                 "DetectStage",
                 "DetectTrainStage",
                 "DetectTrainCrfStage",
+                "DetectOnnxStage",
                 "LearnDenyStage",
             )
         },

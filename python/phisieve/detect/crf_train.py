@@ -57,7 +57,9 @@ from .recognizers.crf import (
     feature_columns,
     overlaps,
     sequences,
+    sorted_words,
     token_table,
+    word_evidence,
 )
 from .stage import CrfTrainOptions, check_crf_options
 
@@ -121,10 +123,16 @@ def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.D
 
 
 def _labelled(
-    notes: pa.Table, gold: pa.Table, corpus: Any, o: CrfTrainOptions, ctx: Work
+    notes: pa.Table,
+    gold: pa.Table,
+    corpus: Any,
+    o: CrfTrainOptions,
+    ctx: Work,
+    evidence: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every word of ``notes`` (:func:`_notes`) with its CRF features (the ``rules``/``lists``
-    spans found in them, a share hidden) and gold category ``y``, sorted."""
+    spans found in them, a share hidden; the model's ``evidence`` when given) and gold
+    category ``y``, sorted."""
     from .run import detector
 
     found = detector(open_source(notes, 4096), TRAINED_WITH, corpus=corpus, ctx=ctx)
@@ -134,8 +142,16 @@ def _labelled(
     if o.drop_spans > 0 and spans.height:
         hidden = np.random.default_rng(o.seed).random(spans.height) < o.drop_spans
         spans = spans.filter(pl.Series(~hidden))
-    feats = crf_features(token_table(texts, tok), spans)
-    return word_labels(feats, gold, notes.column("doc_id").to_pylist()).sort("row", "i")
+    tok = token_table(texts, tok)
+    doc_ids = notes.column("doc_id").to_pylist()
+    if evidence is not None:
+        rows = pl.DataFrame(
+            {"doc_id": doc_ids, "row": range(len(doc_ids))},
+            schema={"doc_id": pl.String, "row": pl.Int64},
+        )
+        tok = word_evidence(sorted_words(tok), evidence.join(rows, on="doc_id"))
+    feats = crf_features(tok, spans)
+    return word_labels(feats, gold, doc_ids).sort("row", "i")
 
 
 def _fit(
@@ -171,6 +187,7 @@ def train_crf(
     options: CrfTrainOptions | None = None,
     *,
     corpus: Any = None,
+    evidence: pl.DataFrame | None = None,
     ctx: Work | None = None,
 ) -> dict[str, Any]:
     """Train the ``crf`` recognizer on annotated notes and write its folder.
@@ -188,6 +205,10 @@ def train_crf(
     corpus
         The notes the dictionaries' statistics are counted over, when not ``documents``
         (as :func:`phisieve.detect.run.find_spans`'s ``corpus``).
+    evidence
+        A token classifier's scores of the notes (``doc_id`` and :data:`~phisieve.detect.
+        recognizers.model.TOKEN_SCORES` but ``row``), out of fold: the tagger learns from
+        them too (:mod:`phisieve.detect.stacking`, which writes the model beside it).
     ctx
         Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
 
@@ -201,7 +222,7 @@ def train_crf(
     check_crf_options(o)
     started = time.perf_counter()
     notes = _notes(documents)
-    labelled = _labelled(notes, gold, corpus, o, ctx)
+    labelled = _labelled(notes, gold, corpus, o, ctx, evidence)
     phi_words = int((labelled.get_column("y") != "O").sum())
     if not phi_words:
         raise InputError("the annotated notes have no gold PHI span to learn from")

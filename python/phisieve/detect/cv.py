@@ -12,7 +12,12 @@ notes are detected as a corpus of their own and scored:
   (:func:`phisieve.detect.crf_train.train_crf`), so cross-validation needs no model
   distribution;
 * the token-classification model (recognizer ``model`` with no path): trained from ``base``
-  on the training folds (:func:`phisieve.detect.train.train_recognizer`).
+  on the training folds (:func:`phisieve.detect.train.train_recognizer`);
+* with both ``crf`` and ``model``, the stacked CRF (:func:`phisieve.detect.stacking.
+  train_stacked`): the model's scores of the training notes come from models trained
+  without them, the inner folds being the other outer folds, so that the model of every
+  pair of folds is trained once and serves both (``k`` (k - 1) / 2 models, and one per
+  fold on all its training notes).
 
 The built-in dictionaries and rules are fixed. Their statistics of the corpus (patients per
 word, places named after a trigger) are counted over all the annotated notes, as they would be
@@ -26,31 +31,20 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError
 from ..pipeline.work import Work, work
+from .folds import folds
 from .run import evaluate, find_spans
 
 __all__ = ["cross_validate", "folds", "summarise"]
-
-
-def folds(patients: Iterable[str], k: int, seed: int = 0) -> dict[str, int]:
-    """The fold (0 .. k-1) of every patient: ids ordered by a keyed hash of ``seed``, then cut
-    into ``k`` parts whose sizes differ by at most one. A pure function of the set of ids."""
-    from ..corpus.split import assign
-
-    ids = sorted(set(patients))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise ConfigError(f"--cv needs at least 2 folds, not {k!r}")
-    if len(ids) < k:
-        raise ConfigError(f"{k} folds need at least {k} patients; the notes have {len(ids)}")
-    parts = assign(ids, {str(i): 1.0 / k for i in range(k)}, seed)
-    return {p: int(f) for p, f in parts.items()}
 
 
 def _mean_sd(values: list[float]) -> dict[str, float | None]:
@@ -108,6 +102,7 @@ def cross_validate(
     learn_deny: bool = True,
     base: str | Path | None = None,
     train_options: dict[str, Any] | None = None,
+    oof: str = "nested",
     on_fold: Callable[[int, dict[str, Any]], None] | None = None,
     ctx: Work | None = None,
     **detect_kwargs: Any,
@@ -131,6 +126,14 @@ def cross_validate(
         (:func:`phisieve.detect.learnt.learn_deny_list`), added to ``deny``.
     base, train_options
         The checkpoint and the options of :func:`phisieve.detect.train.train_recognizer`.
+    oof
+        Where the stacked CRF's out-of-fold scores of a fold's training notes come from:
+        ``nested`` (models trained on the other training folds, never on the held-out
+        patients: k (k - 1) / 2 + k models), or ``outer`` (each training fold scored by the
+        model of the fold that held it out, which saw the held-out patients' notes: k
+        models, the held-out fold's features from a model that never saw it either way; a
+        shortcut when models are slow to train, its leak second-order: the CRF learns how
+        far to trust scores made by models that saw the held-out fold, never those scores).
     on_fold
         Called with each fold's number and scores as it finishes.
     ctx
@@ -146,8 +149,6 @@ def cross_validate(
         notes, seconds and :func:`phisieve.detect.evaluate` scores, no text) and the
         :func:`summarise` of them.
     """
-    from .learnt import learn_deny_list
-
     recognizers = list(recognizers)
     if trained := [r for r in recognizers if r.startswith(("model:", "crf:"))]:
         raise ConfigError(
@@ -174,6 +175,72 @@ def cross_validate(
     fold_of = folds(patients, k, seed)
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
     deny = dict(detect_kwargs.pop("deny", None) or {})
+    stacked = trains_model and "crf" in recognizers
+    if oof not in ("nested", "outer"):
+        raise ConfigError(f"oof must be nested or outer, not {oof!r}")
+    with ExitStack() as stack:
+        cache = evidence = None
+        if stacked:
+            from .stacking import ModelCache, out_of_fold
+
+            cache = ModelCache(stack.enter_context(work(ctx).scratch("cv-models")))
+            if oof == "outer":
+                options = DetectTrainOptions(**(train_options or {}))
+                model_options = detect_kwargs.get("model_options")
+                evidence = out_of_fold(
+                    documents,
+                    gold,
+                    base,
+                    options,
+                    fold_of,
+                    cache,
+                    model_options,
+                    ctx,  # type: ignore[arg-type]
+                )
+        results = _folds(
+            documents, gold, recognizers, k, fold_of, doc_ids, patients, deny, learn_deny,
+            base, train_options, cache, evidence, on_fold, ctx, detect_kwargs,
+        )  # fmt: skip
+    summary = summarise(results)
+    out = {
+        "k": k,
+        "seed": seed,
+        "recognizers": recognizers,
+        "learn_deny": learn_deny,
+        "patients": len(fold_of),
+        "documents": len(doc_ids),
+        "folds": results,
+        **summary,
+    }
+    if cache is not None:
+        out["models_trained"] = cache.trained
+        out["oof"] = oof
+    return out
+
+
+def _folds(
+    documents: pa.Table,
+    gold: pa.Table,
+    recognizers: list[str],
+    k: int,
+    fold_of: dict[str, int],
+    doc_ids: list[str],
+    patients: list[str],
+    deny: dict[str, str],
+    learn_deny: bool,
+    base: str | Path | None,
+    train_options: dict[str, Any] | None,
+    cache: Any,
+    evidence: pl.DataFrame | None,
+    on_fold: Callable[[int, dict[str, Any]], None] | None,
+    ctx: Work | None,
+    detect_kwargs: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Each fold of :func:`cross_validate` fitted on the others, detected and scored."""
+    from .learnt import learn_deny_list
+    from .stage import DetectTrainOptions
+
+    trains_model = "model" in recognizers
     results = []
     for f in range(k):
         test_patients = {p for p, g in fold_of.items() if g == f}
@@ -189,14 +256,28 @@ def cross_validate(
         t = time.perf_counter()
         with work(ctx).scratch("cv") as tmp:
             names = list(recognizers)
-            if "crf" in names:
+            if cache is not None:
+                from .stacking import train_stacked
+
+                crf_dir = Path(tmp) / "crf"
+                inner = {p: g for p, g in fold_of.items() if g != f}
+                known = None
+                if evidence is not None:
+                    known = evidence.filter(pl.col("doc_id").is_in(sorted(train_docs)))
+                train_stacked(
+                    train, train_gold, base, crf_dir,  # type: ignore[arg-type]
+                    model=DetectTrainOptions(**(train_options or {})), fold_of=inner,
+                    cache=cache, corpus=documents, evidence=known,
+                    model_options=detect_kwargs.get("model_options"), ctx=ctx,
+                )  # fmt: skip
+                names = [f"crf:{crf_dir}" if r == "crf" else r for r in names if r != "model"]
+            elif "crf" in names:
                 from .crf_train import train_crf
 
                 crf_dir = Path(tmp) / "crf"
                 train_crf(train, train_gold, crf_dir, corpus=documents)
                 names = [f"crf:{crf_dir}" if r == "crf" else r for r in names]
-            if trains_model:
-                from .stage import DetectTrainOptions
+            if trains_model and cache is None:
                 from .train import train_recognizer
 
                 model_dir = Path(tmp) / "model"
@@ -219,17 +300,7 @@ def cross_validate(
         results.append(scores)
         if on_fold is not None:
             on_fold(f, scores)
-    summary = summarise(results)
-    return {
-        "k": k,
-        "seed": seed,
-        "recognizers": recognizers,
-        "learn_deny": learn_deny,
-        "patients": len(fold_of),
-        "documents": len(doc_ids),
-        "folds": results,
-        **summary,
-    }
+    return results
 
 
 def format_mean_sd(value: dict[str, float | None]) -> str:

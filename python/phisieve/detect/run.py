@@ -36,6 +36,7 @@ spans are merged, keeping every source. The result is the ``spans`` table (``doc
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -57,7 +58,14 @@ from ..text.words import normalize_word
 from .recognizers import SPAN_ROWS, dictionaries
 from .stage import DEFAULT_RECOGNIZERS, RECOGNIZERS, _kind, check_recognizers
 
-__all__ = ["evaluate", "find_spans", "merge_spans", "read_word_list", "require_models"]
+__all__ = [
+    "evaluate",
+    "find_spans",
+    "merge_spans",
+    "read_word_list",
+    "require_models",
+    "resolve",
+]
 
 
 def read_word_list(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -328,7 +336,7 @@ class Detector:
             assert tok is not None
             from .recognizers.crf import token_table
 
-            tagged = crf.tag(token_table(texts, tok), merged)
+            tagged = crf.tag(token_table(texts, tok), merged, texts)
             found = _allowed(_scored(tagged.spans, self.thresholds), texts, self.allow)
             merged = merge_spans(pl.concat([crf.vet(merged, tagged.words), found]))
         return pa.record_batch(
@@ -348,17 +356,40 @@ SPANS_TABLE = pa.schema([pa.field("doc_id", pa.string()), pa.field("spans", SPAN
 
 def require_models(recognizers: Iterable[str]) -> None:
     """Check that the models the ``recognizers`` load from other distributions are
-    installed, before any note is read: a bare ``crf`` needs ``phisieve-models-physionet``.
+    installed, before any note is read: a bare ``crf`` needs ``phisieve-models-physionet``,
+    a bare ``model`` ``phisieve-models-physionet-stacked``.
 
     Raises
     ------
     phisieve.errors.MissingModelError
         When one is missing; the message says how to install it, or to detect without it.
     """
-    if "crf" in recognizers:
+    recognizers = list(recognizers)
+    if "model" in recognizers:
+        from .recognizers.crf import physionet_stacked
+
+        physionet_stacked()
+    elif "crf" in recognizers:
         from .recognizers.crf import physionet_crf
 
         physionet_crf()
+
+
+def resolve(recognizers: Iterable[str]) -> list[str]:
+    """The recognizers with a bare ``model`` replaced by the stacked CRF of
+    ``phisieve-models-physionet-stacked`` (:func:`~phisieve.detect.recognizers.crf.
+    physionet_stacked`): with ``crf``, ``crf:DIR`` of that folder, whose model runs inside
+    it; alone, ``model:DIR`` of its model."""
+    names = list(recognizers)
+    if "model" not in names:
+        return names
+    from .recognizers.crf import physionet_stacked
+
+    folder = physionet_stacked()
+    if "crf" in names:
+        return [f"crf:{folder}" if r == "crf" else r for r in names if r != "model"]
+    inner = json.loads((folder / "phisieve.json").read_text())["stacked"]["model"]
+    return [f"model:{folder / inner}" if r == "model" else r for r in names]
 
 
 def detector(
@@ -423,8 +454,8 @@ def detector(
     ctx
         Where the progress is drawn (:class:`~phisieve.pipeline.work.Work`; default none).
     """
-    recognizers = list(recognizers)
-    thresholds = check_recognizers(recognizers, min_score)
+    thresholds = check_recognizers(list(recognizers), min_score)
+    recognizers = resolve(recognizers)
     models: dict[str, Any] = {}
     if "presidio" in recognizers:
         from .recognizers.presidio import DEFAULT_MODEL, PresidioRecognizer
@@ -444,7 +475,7 @@ def detector(
             from .recognizers.crf import CrfRecognizer
 
             folder = name.split(":", 1)[1] if ":" in name else None
-            models[name] = CrfRecognizer(folder, **(crf_options or {}))
+            models[name] = CrfRecognizer(folder, model_options=model_options, **(crf_options or {}))
     learnt = None
     uses_dictionaries = "lists" in recognizers and dictionaries_enabled
     if uses_dictionaries or any(_kind(r) == "crf" for r in recognizers):

@@ -39,6 +39,7 @@ run = LazyModule(".run", __package__)
 train = LazyModule(".train", __package__)
 crf_train = LazyModule(".crf_train", __package__)
 learnt = LazyModule(".learnt", __package__)
+stacking = LazyModule(".stacking", __package__)
 
 __all__ = [
     "DEFAULT_RECOGNIZERS",
@@ -46,6 +47,8 @@ __all__ = [
     "RECOGNIZERS_HELP",
     "STANZA_HELP",
     "CrfTrainOptions",
+    "DetectOnnxOptions",
+    "DetectOnnxStage",
     "DetectOptions",
     "DetectStage",
     "DetectTrainCrfStage",
@@ -66,9 +69,12 @@ __all__ = [
 
 RECOGNIZERS = ("rules", "lists", "crf", "presidio", "stanza", "model")
 """Recognizer names: ``presidio`` and ``stanza`` need the ``ner`` extra and installed models;
-``model`` is written ``model:DIR`` (a folder from ``phisieve detect-train``) and needs the
-``torch`` extra; ``crf`` is the CRF trained on the PhysioNet deid notes (the distribution
-``phisieve-models-physionet``), ``crf:DIR`` one from ``detect-train-crf``."""
+``model:DIR`` is a folder from ``phisieve detect-train`` and needs the ``torch`` extra;
+``crf`` is the CRF trained on the PhysioNet deid notes (the distribution
+``phisieve-models-physionet``), ``crf:DIR`` one from ``detect-train-crf``. A bare ``model``
+is the stacked CRF trained on those notes (the optional distribution
+``phisieve-models-physionet-stacked``): with ``crf``, that CRF, which runs its model itself;
+alone, its model's spans."""
 
 DEFAULT_RECOGNIZERS = ("rules", "lists", "crf")
 """What ``phisieve detect`` runs unless told otherwise. ``crf`` needs the distribution
@@ -89,8 +95,11 @@ def check_recognizers(
     thresholds = dict(min_score) if isinstance(min_score, dict) else {"*": float(min_score)}
     if bad := [k for k in thresholds if k != "*" and k not in RECOGNIZERS]:
         raise ConfigError(f"min_score names an unknown recognizer {bad[0]!r}")
-    if "model" in recognizers:
-        raise ConfigError("the recognizer `model` needs its folder: model:DIR (from detect-train)")
+    if "model" in recognizers and any(r.startswith("crf:") for r in recognizers):
+        raise ConfigError(
+            "the bare `model` is the stacked CRF's (phisieve-models-physionet-stacked): give it "
+            "with `crf`, or a model of your own as model:DIR"
+        )
     if unknown := [r for r in recognizers if _kind(r) not in RECOGNIZERS]:
         raise ConfigError(f"unknown recognizer {unknown[0]!r}; expected one of {RECOGNIZERS}")
     if sum(_kind(r) == "crf" for r in recognizers) > 1:
@@ -125,8 +134,9 @@ def stanza_options(stanza_model: str | None) -> dict[str, Any]:
 RECOGNIZERS_HELP = (
     "Comma-separated recognizers: rules, lists, crf (the CRF trained on the PhysioNet deid "
     "notes; needs pip install phisieve-models-physionet) or crf:DIR (from detect-train-crf), "
-    "presidio, stanza, model:DIR (from detect-train); in detect-eval --cv, a bare `crf` or "
-    "`model` is trained per fold."
+    "presidio, stanza, model:DIR (from detect-train); crf,model: the stacked CRF with its "
+    "transformer (pip install phisieve-models-physionet-stacked); in detect-eval --cv, a bare "
+    "`crf` or `model` is trained per fold (both: the stacked CRF)."
 )
 STANZA_HELP = (
     "Stanza package[:NER model] of the stanza recognizer, e.g. mimic:i2b2 (downloaded "
@@ -327,6 +337,12 @@ class CrfTrainOptions:
         "the finder also learns from: it learns where PHI goes, not these patients' PHI.",
     )
     seed: int = option(0, "Seed of the hidden spans and of the copies' surrogates.")
+    folds: int = option(
+        5,
+        "With --base: patient folds of the model's out-of-fold scores the tagger learns from.",
+    )
+    model_epochs: int = option(3, "With --base: the model's training epochs (see detect-train).")
+    device: str | None = option(None, "With --base: cuda, cpu...; default CUDA when available.")
 
 
 def check_crf_options(o: CrfTrainOptions) -> None:
@@ -334,6 +350,10 @@ def check_crf_options(o: CrfTrainOptions) -> None:
     (:class:`ConfigError`)."""
     if o.c1 < 0 or o.c2 < 0 or o.max_iterations < 1 or o.augment < 0:
         raise ConfigError("c1, c2 and augment must be >= 0 and max_iterations >= 1")
+    if o.folds < 2 or o.model_epochs < 1:
+        raise ConfigError(
+            f"folds must be >= 2 and model_epochs >= 1, not {o.folds} and {o.model_epochs}"
+        )
     if not 0 <= o.drop_spans < 1:
         raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
 
@@ -346,12 +366,20 @@ class DetectTrainCrfStage(BuildStage):
     name = "detect-train-crf"
     help = (
         "Train the CRF recognizer on annotated notes, for "
-        "`detect --recognizers rules,lists,crf:OUT`."
+        "`detect --recognizers rules,lists,crf:OUT`; with --base, stacked: a token classifier "
+        "fine-tuned from BASE whose out-of-fold scores the CRF's tagger learns from, and which "
+        "runs inside it."
     )
     Options = CrfTrainOptions
     inputs = (
         ANNOTATED,
         ANNOTATED_DOCS,
+        Input(
+            "base",
+            "A local BERT-style model folder: train the stacked CRF (the model in OUT/model).",
+            kind=PATH,
+            required=False,
+        ),
     )
     output = Output(FOLDER, "The model folder to write.")
     summary = (
@@ -364,7 +392,98 @@ class DetectTrainCrfStage(BuildStage):
 
     def build(self, ctx: Context, target: Path) -> None:
         documents, gold = train.read_annotated(ctx.path("annotated"), ctx.values.get("docs"))
-        ctx.stats.update(crf_train.train_crf(documents, gold, target, self.options, ctx=ctx))
+        o = self.options
+        base = ctx.path("base")
+        if base is None:
+            ctx.stats.update(crf_train.train_crf(documents, gold, target, o, ctx=ctx))
+            return
+        model = DetectTrainOptions(epochs=o.model_epochs, seed=o.seed, device=o.device)
+        ctx.stats.update(
+            stacking.train_stacked(
+                documents,
+                gold,
+                base,
+                target,
+                o,
+                model,
+                folds=o.folds,
+                model_options={"device": o.device},
+                ctx=ctx,
+            )
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# detect-onnx
+
+
+@dataclass(frozen=True)
+class DetectOnnxOptions:
+    """Options of ``phisieve detect-onnx``."""
+
+    int8: bool = option(
+        True, "Also write the model with 8-bit weights (onnxruntime's dynamic quantisation)."
+    )
+    torch_weights: bool = option(
+        True,
+        "Keep the PyTorch weights (CUDA runs them); without them the folder detects with "
+        "onnxruntime only, at a quarter of the size.",
+    )
+
+
+class DetectOnnxStage(BuildStage):
+    """``phisieve detect-onnx``: a recognizer folder (``detect-train``), or a stacked CRF
+    folder (``detect-train-crf --base``), with its model exported to ONNX
+    (:func:`phisieve.detect.onnx.export_onnx`), for onnxruntime on CPU."""
+
+    name = "detect-onnx"
+    help = (
+        "Export a recognizer (detect-train) or the model of a stacked CRF (detect-train-crf "
+        "--base) to ONNX: a copy of the folder with model.onnx and model.int8.onnx, which "
+        "detect runs with onnxruntime on CPU (pip install 'phisieve[onnx]')."
+    )
+    Options = DetectOnnxOptions
+    inputs = (
+        Input(
+            "model",
+            "A recognizer folder (detect-train) or a stacked CRF folder (detect-train-crf --base).",
+            kind=PATH,
+            positional=True,
+        ),
+    )
+    output = Output(FOLDER, "The folder to write: MODEL with the ONNX files.")
+    summary = (
+        "exported in {seconds:.0f} s: {onnx_bytes:,} bytes of ONNX, {int8_bytes:,} with 8-bit "
+        "weights (most likely label changed on {int8_argmax_differs:.2%} of checked tokens): "
+        "{out}",
+    )
+
+    def build(self, ctx: Context, target: Path) -> None:
+        import json
+        import shutil
+
+        from . import onnx
+
+        source = ctx.path("model")
+        info_path = source / "phisieve.json"
+        if not info_path.is_file():
+            raise ConfigError(f"{source} is not a phisieve model folder (no phisieve.json)")
+        shutil.copytree(source, target, dirs_exist_ok=True)
+        stacked = json.loads(info_path.read_text()).get("stacked")
+        folder = target / stacked["model"] if stacked else target
+        o = self.options
+        info = onnx.export_onnx(folder, int8=o.int8)
+        if not o.torch_weights:
+            for weights in folder.glob("*.safetensors"):
+                weights.unlink()
+        files = info["files"]
+        int8 = files.get(onnx.INT8_FILE, {})
+        ctx.stats.update(
+            seconds=info["seconds"],
+            onnx_bytes=files[onnx.ONNX_FILE]["bytes"],
+            int8_bytes=int8.get("bytes", 0),
+            int8_argmax_differs=int8.get("argmax_differs", 0.0),
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,14 +46,18 @@ from ..labels import category
 from . import SPAN_ROWS
 
 __all__ = [
+    "BUCKETS",
     "FORMAT",
     "MODELS",
+    "STACKED_MODELS",
     "VERIFY",
     "CrfRecognizer",
     "crf_features",
     "feature_columns",
     "physionet_crf",
+    "physionet_stacked",
     "token_table",
+    "word_evidence",
 ]
 
 FORMAT = "phisieve-crf-2"
@@ -113,6 +117,48 @@ def physionet_crf() -> Path:
             raise  # installed, but something it imports is missing: not ours to explain
         raise MissingModelError(MODELS, "the recognizer `crf`", WITHOUT_MODELS) from None
     return Path(models.crf_path())
+
+
+STACKED_MODELS = "phisieve-models-physionet-stacked"
+"""The optional distribution of the stacked CRF trained on the PhysioNet deid notes (GPL-2.0):
+the CRF and its token classifier (MiniLM-L6, 8-bit ONNX), run by ``--recognizers
+rules,lists,crf,model`` (:func:`physionet_stacked`)."""
+
+STACKED_PACKAGE = "phisieve_models_physionet_stacked"
+"""The import package of :data:`STACKED_MODELS`; its ``stacked_path()`` gives the folder."""
+
+
+def physionet_stacked() -> Path:
+    """The folder of the stacked CRF trained on the PhysioNet deid notes (``detect-train-crf
+    --base``), from the installed distribution :data:`STACKED_MODELS`: what a bare ``model``
+    in ``detect --recognizers`` runs.
+
+    Raises
+    ------
+    phisieve.errors.MissingModelError
+        When :data:`STACKED_MODELS` is not installed.
+    phisieve.errors.ConfigError
+        When it is installed without its weights (made by ``make stacked-model``).
+    """
+    try:
+        models = importlib.import_module(STACKED_PACKAGE)
+    except ModuleNotFoundError as e:
+        if e.name != STACKED_PACKAGE:
+            raise
+        raise MissingModelError(
+            STACKED_MODELS,
+            "the recognizer `model`",
+            "--recognizers rules,lists,crf, or model:DIR with a model of your own from "
+            "detect-train",
+        ) from None
+    folder = Path(models.stacked_path())
+    if not (folder / INFO_FILE).is_file():
+        raise ConfigError(
+            f"{STACKED_MODELS} is installed without its weights ({folder}): they are made, not "
+            "downloaded (`make stacked-model` in phisieve's repository, or detect-train-crf "
+            "--base and detect-onnx into that folder)"
+        )
+    return folder
 
 
 def _char_class(cp: np.ndarray) -> np.ndarray:
@@ -309,6 +355,11 @@ def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     for k in (-2, -1, 1, 2):
         lexical += [f"w{k:+d}=" + at("w", k), f"shp{k:+d}=" + at("shp", k)]
         found.append(f"src{k:+d}=" + at("srcs", k))
+    stacked: list[pl.Expr] = []
+    if "mp" in tok.columns:
+        stacked = ["mp=" + pl.col("mp"), "ml=" + pl.col("ml")]
+        for k in (-1, 1):
+            stacked += [f"mp{k:+d}=" + at("mp", k), f"ml{k:+d}=" + at("ml", k)]
     return tok.select(
         "row",
         "i",
@@ -316,14 +367,64 @@ def crf_features(tok: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         "e",
         *(f.alias(f"f{k:02d}") for k, f in enumerate(lexical)),
         *(f.alias(f"g{k:02d}") for k, f in enumerate(found)),
+        *(f.alias(f"h{k:02d}") for k, f in enumerate(stacked)),
     )
 
 
 def feature_columns(features: pl.DataFrame, spans: bool = True) -> list[str]:
     """The feature columns of :func:`crf_features`' table, in order: the word's own
-    (``f00``...), then, when ``spans``, those of the other recognizers' spans (``g00``...)."""
-    kinds = ("f", "g") if spans else ("f",)
+    (``f00``...), then, when ``spans``, those of the other recognizers' spans (``g00``...)
+    and of a stacked model's evidence (``h00``..., when the table has them)."""
+    kinds = ("f", "g", "h") if spans else ("f",)
     return [c for c in features.columns if c[:1] in kinds and c[1:].isdigit()]
+
+
+BUCKETS = (0.01, 0.1, 0.3, 0.5, 0.7, 0.9)
+"""The edges of the model's PHI probability as a feature: ``mp=0`` below 0.01, ``mp=1``
+from 0.01 to 0.1, ... ``mp=6`` from 0.9."""
+
+LABELLED = 0.5
+"""The PHI probability from which a word's ``ml`` feature names the model's category."""
+
+NO_TOKEN = "na"
+"""``mp`` and ``ml`` of a word no token of the model covers."""
+
+
+def word_evidence(words: pl.DataFrame, tokens: pl.DataFrame) -> pl.DataFrame:
+    """``words`` (``row``, ``s``, ``e``, sorted, not overlapping) with the model's evidence:
+    ``mp`` (the bucket, :data:`BUCKETS`, of the highest PHI probability of the ``tokens``
+    that overlap the word) and ``ml`` (that token's ``label`` when its probability is at
+    least :data:`LABELLED`, else ``O``); both :data:`NO_TOKEN` where no token overlaps.
+
+    ``tokens``: ``row``, ``start``, ``end``, ``p``, ``label``
+    (:meth:`~phisieve.detect.recognizers.model.ModelRecognizer.token_scores`), any order.
+    Among tokens of equal probability, the one first in ``tokens`` gives the label."""
+    n = words.height
+    if tokens.height == 0:
+        none = pl.repeat(NO_TOKEN, n, dtype=pl.String, eager=True)
+        return words.with_columns(mp=none, ml=none)
+    token_index, word_index = overlaps(words, tokens)
+    p = tokens.get_column("p").to_numpy().astype(np.float64)
+    # For each word, its tokens by falling probability, then by their order in `tokens`.
+    order = np.lexsort((token_index, -p[token_index], word_index))
+    word_sorted, token_sorted = word_index[order], token_index[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = np.diff(word_sorted) != 0
+    best = np.full(n, -1, dtype=np.int64)
+    best[word_sorted[first]] = token_sorted[first]
+    covered = best >= 0
+    best_p = np.where(covered, p[np.maximum(best, 0)], np.nan)
+    bucket = np.searchsorted(np.asarray(BUCKETS), np.nan_to_num(best_p), side="right")
+    mp = np.where(covered, bucket.astype(str), NO_TOKEN)
+    labels = tokens.get_column("label").to_numpy()
+    ml = np.full(n, NO_TOKEN, dtype=object)
+    if n:
+        ml[covered] = np.where(
+            best_p[covered] >= LABELLED, labels[best[covered]].astype(object), "O"
+        )
+    return words.with_columns(
+        mp=pl.Series(mp.astype(object), dtype=pl.String), ml=pl.Series(ml, dtype=pl.String)
+    )
 
 
 Part = tuple[str, str, int]
@@ -383,18 +484,34 @@ FOUND: list[tuple[str, list[Part]]] = [
 TEMPLATE = LEXICAL + FOUND
 """Every feature of format :data:`FORMAT`, in the order of :func:`feature_columns`."""
 
+STACKED: list[tuple[str, list[Part]]] = [
+    ("mp=", [("mp", "", 0)]),
+    ("ml=", [("ml", "", 0)]),
+    *(
+        feature
+        for k in (-1, 1)
+        for feature in ((f"mp{k:+d}=", [("mp", "", k)]), (f"ml{k:+d}=", [("ml", "", k)]))
+    ),
+]
+"""The features of a stacked model's evidence (``h00``..., :mod:`phisieve.detect.stacking`):
+the tagger of a stacked CRF reads them after :data:`TEMPLATE`."""
+
+EVIDENCE_COLUMNS: tuple[tuple[str, str | None], ...] = (("mp", None), ("ml", None))
+"""The word columns :data:`STACKED` reads (:func:`word_evidence`)."""
+
 
 def crf_words(values: pl.DataFrame) -> Any:
     """The words of :func:`_word_values` (sorted by ``row``, ``i``) as the Rust tagger takes
-    them (:class:`phisieve._core.CrfWords`: the :data:`WORD_COLUMNS`, one sequence a
-    note)."""
+    them (:class:`phisieve._core.CrfWords`: the :data:`WORD_COLUMNS`, and the
+    :data:`EVIDENCE_COLUMNS` when ``values`` has them; one sequence a note)."""
     from ... import _core
 
     per_note = values.group_by("row", maintain_order=True).len().get_column("len")
     # polars' own string views, as they are (the default copies them into large strings).
     view = pl.CompatLevel.newest()
+    columns = WORD_COLUMNS + (EVIDENCE_COLUMNS if "mp" in values.columns else ())
     return _core.CrfWords(
-        [(c, values.get_column(c).to_arrow(compat_level=view), null) for c, null in WORD_COLUMNS],
+        [(c, values.get_column(c).to_arrow(compat_level=view), null) for c, null in columns],
         per_note.cast(pl.Int64).to_arrow(),
     )
 
@@ -444,6 +561,12 @@ def read_info(folder: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{folder} holds a CRF of format {info.get('format')!r}; this phisieve reads "
             f"{FORMAT!r} (train it again with detect-train-crf)"
+        )
+    stacked = info.get("stacked")
+    if stacked and not (folder / stacked["model"] / "phisieve.json").is_file():
+        raise ConfigError(
+            f"{folder} holds a stacked CRF without its model ({stacked['model']}/, from "
+            "detect-train-crf --base)"
         )
     return info
 
@@ -501,7 +624,11 @@ class CrfRecognizer:
     """
 
     def __init__(
-        self, folder: str | Path | None = None, verify: float = VERIFY, find: float = FIND
+        self,
+        folder: str | Path | None = None,
+        verify: float = VERIFY,
+        find: float = FIND,
+        model_options: dict[str, Any] | None = None,
     ) -> None:
         self.folder = Path(folder) if folder is not None else physionet_crf()
         self.info = read_info(self.folder)
@@ -510,27 +637,48 @@ class CrfRecognizer:
                 raise ConfigError(f"the CRF's {name} threshold must be in [0, 1], not {value}")
         self.verify = verify
         self.find = find
-        self._tagger = load_tagger(self.folder / MODEL_FILE)
-        self._finder = load_tagger(self.folder / FINDER_FILE)
+        self.model_options = dict(model_options or {})
+        self._template = TEMPLATE + STACKED if self.stacked else TEMPLATE
+        self._load()
         self._labels = list(self._tagger.labels)
 
+    @property
+    def stacked(self) -> bool:
+        """Whether the tagger reads a model's evidence (:mod:`phisieve.detect.stacking`)."""
+        return bool(self.info.get("stacked"))
+
+    def _load(self) -> None:
+        self._tagger = load_tagger(self.folder / MODEL_FILE)
+        self._finder = load_tagger(self.folder / FINDER_FILE)
+        self.model = None
+        if self.stacked:
+            from .model import ModelRecognizer
+
+            folder = self.folder / self.info["stacked"]["model"]
+            self.model = ModelRecognizer(folder, **self.model_options)
+
     def __getstate__(self) -> dict[str, Any]:
-        # The Rust taggers do not pickle: a worker process loads them again from the folder.
+        # The Rust taggers and the model are not pickled: a worker process loads them again
+        # from the folder.
         state = dict(self.__dict__)
-        state["_tagger"] = state["_finder"] = None
+        state["_tagger"] = state["_finder"] = state["model"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._tagger = load_tagger(self.folder / MODEL_FILE)
-        self._finder = load_tagger(self.folder / FINDER_FILE)
+        self._load()
 
-    def tag(self, tok: pl.DataFrame, spans: pl.DataFrame) -> Tagged:
+    def tag(self, tok: pl.DataFrame, spans: pl.DataFrame, texts: pa.Array | None = None) -> Tagged:
         """Tag the words of notes (:func:`token_table`), given the other recognizers'
         merged ``spans``. The notes are tagged in runs of about :data:`CHUNK_WORDS` words,
         so the tagger's tables of a large batch are never all held at once; the result does
-        not depend on where the runs end (each note is tagged whole, on its own)."""
+        not depend on where the runs end (each note is tagged whole, on its own). A stacked
+        CRF runs its model over the notes' ``texts`` first (:func:`word_evidence`)."""
         tok = sorted_words(tok)
+        if self.model is not None:
+            if texts is None:
+                raise ConfigError("a stacked CRF tags the notes' texts: pass them")
+            tok = word_evidence(tok, self.model.token_scores(texts.to_pylist()))
         parts = [
             self._tag(tok.filter(pl.col("row").is_between(lo, hi)), spans)
             for lo, hi in note_runs(tok.get_column("row"), CHUNK_WORDS)
@@ -545,7 +693,7 @@ class CrfRecognizer:
             spans = spans.filter(pl.col("row").is_between(rows.min(), rows.max()))
         feats = _word_values(tok, spans)
         interned = crf_words(feats)
-        tags, p_phi, _ = _tagged(self._tagger, interned, TEMPLATE, [self.verify])
+        tags, p_phi, _ = _tagged(self._tagger, interned, self._template, [self.verify])
         none = pl.repeat("O", feats.height, dtype=pl.String, eager=True)
         found, p_find = none, np.zeros(feats.height)
         if self.find < 1.0:

@@ -14,17 +14,20 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from ...errors import ConfigError
 from ...pipeline.progress import quiet_transformers as _quiet_loading
-from ..labels import LABELS
+from ..labels import CATEGORIES, LABELS
 from ..windows import Windows, windows
 
-__all__ = ["FORMAT", "ModelRecognizer"]
+__all__ = ["BACKENDS", "FORMAT", "TOKEN_SCORES", "ModelRecognizer"]
 
 FORMAT = "phisieve-recognizer/1"
 """The ``format`` of a recognizer folder's ``phisieve.json``."""
@@ -38,9 +41,42 @@ def _device(device: str | None) -> Any:
     return torch.device(device)
 
 
+TOKEN_SCORES = {
+    "row": pl.Int64,
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "p": pl.Float64,
+    "label": pl.String,
+}
+"""The table of :meth:`ModelRecognizer.token_scores`."""
+
+
+@dataclass
+class Tokens:
+    """The tokens of a group of notes, sorted by note and offsets, each with the label
+    probabilities of the window chosen for it (``probs``: tokens x :data:`LABELS`)."""
+
+    doc: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def empty(cls, labels: int) -> Tokens:
+        none = np.zeros(0, np.int64)
+        return cls(none, none, none, np.zeros((0, labels), np.float32))
+
+
 # --- inference --------------------------------------------------------------------------------
 
 _WORD = re.compile(r"\w")
+
+
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+"""How :class:`ModelRecognizer` runs its model: PyTorch, or onnxruntime over the folder's
+float32 or 8-bit ONNX model (:mod:`phisieve.detect.onnx`); ``auto``: PyTorch on CUDA, else the
+8-bit model when the folder has it and onnxruntime is installed, else the float32 ONNX model
+likewise, else PyTorch."""
 
 
 class ModelRecognizer:
@@ -53,10 +89,15 @@ class ModelRecognizer:
     device
         Default CUDA when available (bf16 autocast there).
     batch_size
-        Windows per forward pass.
+        Windows per forward pass. The windows are batched by length, longest first, and each
+        batch is cut to its longest window (the last window of a note is often short).
     max_length, stride
         Window length and overlap in tokens (:mod:`phisieve.detect.windows`); default those
         of training (``phisieve.json``).
+    backend
+        One of :data:`BACKENDS`.
+    threads
+        onnxruntime's threads (0: every core); PyTorch keeps its own setting.
     """
 
     CHUNK_CHARS = 1 << 20
@@ -71,8 +112,10 @@ class ModelRecognizer:
         batch_size: int = 64,
         max_length: int | None = None,
         stride: int | None = None,
+        backend: str = "auto",
+        threads: int = 0,
     ) -> None:
-        from transformers import AutoModelForTokenClassification, AutoTokenizer
+        from transformers import AutoTokenizer
 
         path = Path(path)
         meta = path / "phisieve.json"
@@ -84,90 +127,189 @@ class ModelRecognizer:
         self.meta = json.loads(meta.read_text())
         if self.meta.get("format") != FORMAT:
             raise ConfigError(f"{path} holds a recognizer of another format")
+        if backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        with _quiet_loading():
-            self.model = AutoModelForTokenClassification.from_pretrained(
-                path, local_files_only=True
-            )
-        self.device = _device(device)
-        self.model.to(self.device).eval()
+        config = json.loads((path / "config.json").read_text())
+        id2label = {int(k): v for k, v in config["id2label"].items()}
+        self.labels = [id2label[i] for i in range(len(LABELS))]
+        self.backend, self.model, self.session = self._backend(backend, device, threads)
+        self.device = _device("cpu" if self.session is not None else device)
+        if self.model is not None:
+            self.model.to(self.device).eval()
         self.batch_size = batch_size
         self.max_length = int(max_length or self.meta["max_length"])
         self.stride = int(self.meta["stride"] if stride is None else stride)
-        self.labels = [self.model.config.id2label[i] for i in range(len(LABELS))]
         self.o_bias = -math.log(float(self.meta.get("o_weight", 1.0)))
 
-    def _probabilities(self, win: Windows) -> np.ndarray:
+    def _backend(self, backend: str, device: str | None, threads: int) -> tuple[str, Any, Any]:
+        """The backend chosen (:data:`BACKENDS`), and its PyTorch model or onnxruntime
+        session."""
+        from ..onnx import INT8_FILE, ONNX_FILE, OnnxLogits, available
+
+        files = {"onnx": ONNX_FILE, "onnx-int8": INT8_FILE}
+        if backend == "auto":
+            cuda = _device(device).type == "cuda"
+            backend = "torch"
+            if not cuda and available():
+                present = [b for b in ("onnx-int8", "onnx") if (self.path / files[b]).is_file()]
+                backend = present[0] if present else "torch"
+        if backend == "torch":
+            from transformers import AutoModelForTokenClassification
+
+            with _quiet_loading():
+                model = AutoModelForTokenClassification.from_pretrained(
+                    self.path, local_files_only=True
+                )
+            return backend, model, None
+        if not (self.path / files[backend]).is_file():
+            raise ConfigError(
+                f"{self.path} has no {files[backend]} (export it with `phisieve detect-onnx`)"
+            )
+        if not available():
+            raise ConfigError(
+                f"the backend {backend} needs onnxruntime: pip install 'phisieve[onnx]'"
+            )
+        return backend, None, OnnxLogits(self.path / files[backend], threads)
+
+    def _logits(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if self.session is not None:
+            return self.session(ids, mask)
         import torch
 
-        ids = torch.from_numpy(win.input_ids)
-        mask = torch.from_numpy(win.attention_mask)
-        out = []
         amp = self.device.type == "cuda"
         with torch.inference_mode():
-            for i in range(0, len(ids), self.batch_size):
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-                    logits = self.model(
-                        input_ids=ids[i : i + self.batch_size].to(self.device),
-                        attention_mask=mask[i : i + self.batch_size].to(self.device),
-                    ).logits.float()
-                logits[..., 0] += self.o_bias
-                out.append(logits.softmax(-1).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, 0, len(LABELS)), np.float32)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = self.model(
+                    input_ids=torch.from_numpy(ids).to(self.device),
+                    attention_mask=torch.from_numpy(mask).to(self.device),
+                ).logits
+            return logits.float().cpu().numpy()
 
-    def __call__(self, texts: list[str | None]) -> list[list[tuple[int, int, str, float]]]:
-        """Spans of each text: (start, end, category, score) in code points; the score is the
-        mean probability of the predicted labels of its tokens."""
-        clean = [t or "" for t in texts]
-        result: list[list[tuple[int, int, str, float]]] = []
+    def _probabilities(self, win: Windows) -> np.ndarray:
+        """Label probabilities of every window's tokens (zero on padding), the ``O`` logit
+        raised by :attr:`o_bias`."""
+        n, width = win.input_ids.shape if len(win) else (0, 0)
+        out = np.zeros((n, width, len(LABELS)), np.float32)
+        lengths = win.attention_mask.sum(1) if n else np.zeros(0, np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        for i in range(0, n, self.batch_size):
+            batch = np.sort(order[i : i + self.batch_size])
+            cut = max(1, int(lengths[batch].max()))
+            logits = self._logits(win.input_ids[batch, :cut], win.attention_mask[batch, :cut])
+            logits[..., 0] += self.o_bias
+            logits -= logits.max(-1, keepdims=True)
+            e = np.exp(logits)
+            out[batch, :cut] = e / e.sum(-1, keepdims=True)
+        return out
+
+    def _groups(self, texts: list[str | None]) -> Iterator[list[str]]:
+        """``texts`` (``None`` as ``""``) in groups of about :attr:`CHUNK_CHARS`
+        characters."""
         group: list[str] = []
         size = 0
-        for text in clean:
+        for text in texts:
+            text = text or ""
             if group and size + len(text) > self.CHUNK_CHARS:
-                result.extend(self._group(group))
+                yield group
                 group, size = [], 0
             group.append(text)
             size += len(text)
         if group:
-            result.extend(self._group(group))
-        return result
+            yield group
 
-    def _group(self, clean: list[str]) -> list[list[tuple[int, int, str, float]]]:
-        result: list[list[tuple[int, int, str, float]]] = [[] for _ in clean]
+    def _tokens(self, clean: list[str]) -> Tokens:
+        """Every token of the notes ``clean`` with the probabilities of the window where it
+        lies farthest from the window's edges (windows overlap by ``stride`` tokens; among
+        equals, the first window)."""
         if not any(clean):
-            return result
+            return Tokens.empty(len(LABELS))
         win = windows(self.tokenizer, clean, self.max_length, self.stride)
         probs = self._probabilities(win)
-        # Each token of a note takes the prediction of the window where it lies farthest
-        # from the window's edges (windows overlap by `stride` tokens).
-        best: list[dict[tuple[int, int], tuple[int, int, float]]] = [{} for _ in clean]
-        for w, doc in enumerate(win.doc.tolist()):
-            inside = np.flatnonzero(win.inside[w]).tolist()
-            if not inside:
-                continue
-            first, last = inside[0], inside[-1]
-            p = probs[w]
-            arg = p.argmax(-1)
-            spans = win.offsets[w].tolist()
-            for i in inside:
-                start, end = spans[i]
-                if end <= start:
-                    continue
-                margin = min(i - first, last - i)
-                key = (start, end)
-                kept = best[doc].get(key)
-                if kept is None or margin > kept[0]:
-                    best[doc][key] = (margin, int(arg[i]), float(p[i, arg[i]]))
-        for doc, tokens in enumerate(best):
-            result[doc] = self._spans(clean[doc], sorted(tokens.items()))
+        w, t = np.nonzero(win.inside)
+        first = np.argmax(win.inside, axis=1)
+        last = win.inside.shape[1] - 1 - np.argmax(win.inside[:, ::-1], axis=1)
+        margin = np.minimum(t - first[w], last[w] - t)
+        start, end = win.offsets[w, t, 0], win.offsets[w, t, 1]
+        doc = win.doc[w]
+        keep = end > start
+        w, t, margin, start, end, doc = (a[keep] for a in (w, t, margin, start, end, doc))
+        order = np.lexsort((w, -margin, end, start, doc))
+        doc, start, end = doc[order], start[order], end[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (np.diff(doc) != 0) | (np.diff(start) != 0) | (np.diff(end) != 0)
+        chosen = order[new]
+        return Tokens(
+            doc[new].astype(np.int64),
+            start[new].astype(np.int64),
+            end[new].astype(np.int64),
+            probs[w[chosen], t[chosen]].astype(np.float32),
+        )
+
+    def __call__(self, texts: list[str | None]) -> list[list[tuple[int, int, str, float]]]:
+        """Spans of each text: (start, end, category, score) in code points; the score is the
+        mean probability of the predicted labels of its tokens."""
+        result: list[list[tuple[int, int, str, float]]] = []
+        for group in self._groups(texts):
+            tokens = self._tokens(group)
+            bounds = np.searchsorted(tokens.doc, np.arange(len(group) + 1))
+            label = tokens.probs.argmax(-1) if len(tokens.doc) else np.zeros(0, np.int64)
+            best = (
+                np.take_along_axis(tokens.probs, label[:, None], -1)[:, 0] if len(label) else label
+            )
+            for d, text in enumerate(group):
+                a, b = bounds[d], bounds[d + 1]
+                result.append(
+                    self._spans(
+                        text,
+                        tokens.start[a:b].tolist(),
+                        tokens.end[a:b].tolist(),
+                        label[a:b].tolist(),
+                        best[a:b].tolist(),
+                    )
+                )
         return result
 
+    def token_scores(self, texts: list[str | None]) -> pl.DataFrame:
+        """Each token of ``texts``, with what the model makes of it: ``row`` (the text's
+        index), ``start``, ``end`` (code points), ``p`` (its PHI probability, 1 - P(O)) and
+        ``label`` (the category of highest probability, B- and I- summed). What the stacked
+        CRF reads (:mod:`phisieve.detect.stacking`)."""
+        parts = []
+        offset = 0
+        n_cat = len(CATEGORIES)
+        for group in self._groups(texts):
+            tokens = self._tokens(group)
+            per_cat = tokens.probs[:, 1:].reshape(-1, n_cat, 2).sum(-1)
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "row": tokens.doc + offset,
+                        "start": tokens.start,
+                        "end": tokens.end,
+                        "p": 1.0 - tokens.probs[:, 0].astype(np.float64),
+                        "label": pl.Series(CATEGORIES, dtype=pl.String).gather(
+                            per_cat.argmax(-1) if len(per_cat) else np.zeros(0, np.int64)
+                        ),
+                    },
+                    schema=TOKEN_SCORES,
+                )
+            )
+            offset += len(group)
+        return pl.concat(parts) if parts else pl.DataFrame(schema=TOKEN_SCORES)
+
     def _spans(
-        self, text: str, tokens: list[tuple[tuple[int, int], tuple[int, int, float]]]
+        self,
+        text: str,
+        starts: list[int],
+        ends: list[int],
+        label_ids: list[int],
+        probs: list[float],
     ) -> list[tuple[int, int, str, float]]:
         spans: list[tuple[int, int, str, float]] = []
         current: list[Any] | None = None
-        for (start, end), (_, label_id, prob) in tokens:
+        for start, end, label_id, prob in zip(starts, ends, label_ids, probs, strict=True):
             label = self.labels[label_id]
             if label == "O":
                 current = self._close(text, spans, current)

@@ -1,0 +1,118 @@
+"""The token classifier as ONNX, run with onnxruntime (issue 42)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phisieve.cli import main
+from phisieve.detect.onnx import INT8_FILE, ONNX_FILE, export_onnx
+from phisieve.detect.recognizers.model import ModelRecognizer
+from phisieve.errors import ConfigError
+from tests.detect.test_detect_model import (  # noqa: F401 (fixtures)
+    HELD_OUT,
+    synthetic,
+    tiny_base,
+    tiny_model,
+)
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model: Path, tmp_path_factory) -> Path:  # noqa: F811
+    folder = tmp_path_factory.mktemp("onnx") / "model"
+    shutil.copytree(tiny_model, folder)
+    export_onnx(folder)
+    return folder
+
+
+def texts() -> list[str | None]:
+    notes = synthetic(HELD_OUT, 12, seed=9)[0].column("text").to_pylist()
+    return [*notes, None, "", "Dr. Jessup " * 60]
+
+
+def test_export_is_checked_and_recorded(exported: Path):
+    info = json.loads((exported / "phisieve.json").read_text())["onnx"]
+    assert set(info["files"]) == {ONNX_FILE, INT8_FILE}
+    fp32, int8 = info["files"][ONNX_FILE], info["files"][INT8_FILE]
+    assert fp32["max_abs_diff"] < 1e-4 and fp32["argmax_differs"] == 0.0
+    assert int8["bytes"] < fp32["bytes"]
+    assert int8["argmax_differs"] <= 0.05
+    assert info["windows"] > 1 and info["opset"] == 17
+
+
+def test_onnx_backends_agree_with_pytorch(exported: Path):
+    torch_run = ModelRecognizer(exported, device="cpu", backend="torch")
+    fp32 = ModelRecognizer(exported, backend="onnx")
+    int8 = ModelRecognizer(exported, backend="onnx-int8", threads=1)
+    assert (torch_run.backend, fp32.backend, int8.backend) == ("torch", "onnx", "onnx-int8")
+    notes = texts()
+    reference = torch_run.token_scores(notes)
+    same = fp32.token_scores(notes)
+    assert same.select("row", "start", "end", "label").equals(
+        reference.select("row", "start", "end", "label")
+    )
+    np.testing.assert_allclose(same["p"].to_numpy(), reference["p"].to_numpy(), atol=1e-4)
+    assert fp32(notes) == [
+        [(s, e, label, pytest.approx(score, abs=1e-4)) for s, e, label, score in spans]
+        for spans in torch_run(notes)
+    ]
+    quantised = int8.token_scores(notes)
+    assert quantised.height == reference.height
+    # 8-bit weights move this tiny model's probabilities (hidden size 32) by up to a tenth or
+    # so; its most likely category stays.
+    moved = np.abs(quantised["p"].to_numpy() - reference["p"].to_numpy())
+    assert moved.max() < 0.25
+    assert (quantised["label"] == reference["label"]).mean() >= 0.9
+    # On CPU with onnxruntime, `auto` takes the 8-bit model.
+    assert ModelRecognizer(exported, device="cpu").backend == "onnx-int8"
+
+
+def test_batches_by_length_do_not_change_the_scores(exported: Path):
+    notes = texts()
+    one = ModelRecognizer(exported, backend="onnx", batch_size=1).token_scores(notes)
+    many = ModelRecognizer(exported, backend="onnx", batch_size=5).token_scores(notes)
+    assert one.select("row", "start", "end", "label").equals(
+        many.select("row", "start", "end", "label")
+    )
+    np.testing.assert_allclose(one["p"].to_numpy(), many["p"].to_numpy(), atol=1e-5)
+
+
+def test_missing_files_and_unknown_backends_are_refused(tiny_model: Path):  # noqa: F811
+    with pytest.raises(ConfigError, match="detect-onnx"):
+        ModelRecognizer(tiny_model, backend="onnx-int8")
+    with pytest.raises(ConfigError, match="unknown backend"):
+        ModelRecognizer(tiny_model, backend="tensorrt")
+    assert ModelRecognizer(tiny_model, device="cpu").backend == "torch"
+
+
+def test_detect_onnx_command_without_pytorch_weights(tiny_model: Path, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "onnx-only"
+    main(["detect-onnx", str(tiny_model), "--out", str(out), "--no-torch-weights"])
+    printed = capsys.readouterr().out
+    assert "bytes of ONNX" in printed and str(out) in printed
+    assert not list(out.glob("*.safetensors")) and (out / INT8_FILE).is_file()
+    recognizer = ModelRecognizer(out)
+    assert recognizer.backend == "onnx-int8"
+    assert recognizer(texts()) == ModelRecognizer(out, backend="onnx-int8")(texts())
+    with pytest.raises(SystemExit):
+        main(["detect-onnx", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
+
+
+def test_a_worker_s_thread_budget_bounds_onnxruntime(exported: Path, monkeypatch):
+    from phisieve.detect.onnx import OnnxLogits
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert OnnxLogits(exported / INT8_FILE).session.get_session_options().intra_op_num_threads == 1
+    assert (
+        OnnxLogits(exported / INT8_FILE, threads=2)
+        .session.get_session_options()
+        .intra_op_num_threads
+        == 2
+    )
