@@ -61,7 +61,7 @@ from .recognizers.crf import (
     token_table,
     word_evidence,
 )
-from .stage import CrfTrainOptions, check_crf_options
+from .stage import STACKING_OPTIONS, CrfTrainOptions, check_crf_options
 
 __all__ = ["train_crf", "word_labels"]
 
@@ -249,7 +249,8 @@ def train_crf(
     # The finder can emit labels only the copies hold (e.g. an ID surrogate's kind).
     info = {
         "format": FORMAT,
-        "options": asdict(o),
+        # The options of the model a stacked CRF reads are recorded under `stacked`.
+        "options": {k: v for k, v in asdict(o).items() if k not in STACKING_OPTIONS},
         "notes": notes.num_rows,
         "refilled_copies": copied,
         "words": words,

@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_RECOGNIZERS",
     "RECOGNIZERS",
     "RECOGNIZERS_HELP",
+    "STACKING_OPTIONS",
     "STANZA_HELP",
     "CrfTrainOptions",
     "DetectOnnxOptions",
@@ -343,6 +344,10 @@ class CrfTrainOptions:
     )
     model_epochs: int = option(3, "With --base: the model's training epochs (see detect-train).")
     device: str | None = option(None, "With --base: cuda, cpu...; default CUDA when available.")
+
+
+STACKING_OPTIONS = ("folds", "model_epochs", "device")
+"""The options of :class:`CrfTrainOptions` that only the stacked CRF (``--base``) reads."""
 
 
 def check_crf_options(o: CrfTrainOptions) -> None:
