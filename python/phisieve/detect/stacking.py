@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -195,7 +197,7 @@ def train_stacked(
         Options of the CRF and of the models.
     folds, fold_of
         The patients' folds of the out-of-fold scores: ``folds`` keyed by the CRF's seed
-        (:func:`phisieve.detect.cv.folds`), or ``fold_of`` given.
+        (:func:`phisieve.detect.folds.folds`), or ``fold_of`` given.
     cache
         Where the fold models are trained or found (default: a scratch folder of ``ctx``).
     corpus
@@ -233,29 +235,19 @@ def train_stacked(
         fold_of = assign_folds(patients.to_pylist(), folds, o.seed)
     out = Path(out)
 
-    given = evidence
-
-    def run(cache: ModelCache) -> pl.DataFrame:
-        evidence = given
+    given = evidence is not None
+    with ExitStack() as stack:
+        if cache is None:
+            cache = ModelCache(stack.enter_context(ctx.scratch("stacking")))
         if evidence is None:
             evidence = out_of_fold(documents, gold, base, m, fold_of, cache, model_options, ctx)
         final = cache.model(documents, gold, base, m, ctx)
         out.mkdir(parents=True, exist_ok=True)
-        import shutil
-
         shutil.copytree(final, out / MODEL_DIR, dirs_exist_ok=True)
-        return evidence
-
-    if cache is None:
-        with ctx.scratch("stacking") as tmp:
-            cache = ModelCache(tmp)
-            evidence = run(cache)
-    else:
-        evidence = run(cache)
     info = train_crf(documents, gold, out, o, corpus=corpus, evidence=evidence, ctx=ctx)
     info["stacked"] = {
         "model": MODEL_DIR,
-        "folds": len(set(fold_of.values())) if given is None else None,
+        "folds": None if given else len(set(fold_of.values())),
         "buckets": list(BUCKETS),
         "labelled": LABELLED,
         "model_options": asdict(m),
