@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phisieve import _core
-from phisieve.detect.crf_train import train_crf, word_labels
+from phisieve.detect.crf_train import hidden_spans, train_crf, word_labels
 from phisieve.detect.cv import cross_validate
 from phisieve.detect.recognizers import crf as crf_module
 from phisieve.detect.recognizers.crf import (
@@ -267,6 +267,54 @@ def test_word_labels_take_the_earliest_gold_span():
     )
     got = word_labels(words, gold, ["a", "b"]).get_column("y").to_list()
     assert got == ["NAME", "NAME", "O"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2), st.integers(0, 500), st.integers(1, 20), st.sampled_from("DN")
+        ),
+        min_size=1,
+        max_size=60,
+        unique_by=lambda t: t[:3],
+    ),
+    st.data(),
+)
+def test_training_hides_each_span_by_its_own_keyed_draw(rows, data):
+    def frame(rs):
+        return pl.DataFrame(
+            {
+                "row": [r for r, *_ in rs],
+                "start": [s for _, s, *_ in rs],
+                "end": [s + n for _, s, n, _ in rs],
+                "label": [lab for *_, lab in rs],
+            },
+            schema={"row": pl.Int64, "start": pl.Int64, "end": pl.Int64, "label": pl.String},
+        )
+
+    ids = ["note-a", "note-b", "note-c"]
+    hidden = dict(zip(rows, hidden_spans(frame(rows), ids, 0.3, 0).to_list(), strict=True))
+    # A span's fate does not hang on the other spans or their order: any subset, shuffled,
+    # keeps it; another seed draws again.
+    subset = data.draw(st.permutations(rows)).copy()[: data.draw(st.integers(1, len(rows)))]
+    again = hidden_spans(frame(subset), ids, 0.3, 0).to_list()
+    assert again == [hidden[r] for r in subset]
+    # Keyed by the note's id, not its row.
+    moved = [(2 - r, *rest) for r, *rest in rows]
+    assert hidden_spans(frame(moved), ids[::-1], 0.3, 0).to_list() == list(hidden.values())
+
+
+def test_training_hides_the_share_asked():
+    n = 20_000
+    spans = pl.DataFrame(
+        {"row": [0] * n, "start": range(n), "end": range(1, n + 1), "label": ["DATE"] * n}
+    )
+    share = hidden_spans(spans, ["a"], 0.15, 0).mean()
+    assert abs(share - 0.15) < 0.01
+    assert hidden_spans(spans, ["a"], 0.0, 0).sum() == 0
+    other = hidden_spans(spans, ["a"], 0.15, 1)
+    assert (other != hidden_spans(spans, ["a"], 0.15, 0)).sum() > 0.2 * n
 
 
 def test_training_is_deterministic_and_the_model_is_used(physionet, tmp_path):

@@ -7,10 +7,11 @@ span it overlaps (``O`` outside). CRFsuite fits the linear-chain CRF with L-BFGS
 regularisation; the fit is deterministic, so the same notes and options give the same model
 file.
 
-A share of the ``rules``/``lists`` spans (``drop_spans``, 15% by default, keyed by ``seed``) is
-hidden from the training notes' features. The rules were written against the PhysioNet notes
-and find nearly all their PHI; trained on that alone, the CRF learns to trust them and finds
-little of what they miss, which is what matters on new patients' notes, where they miss more.
+A share of the ``rules``/``lists`` spans (``drop_spans``, 15% by default, each by a keyed draw of
+``seed`` and the span, :func:`hidden_spans`) is hidden from the training notes' features. The
+rules were written against the PhysioNet notes and find nearly all their PHI; trained on that
+alone, the CRF learns to trust them and finds little of what they miss, which is what matters
+on new patients' notes, where they miss more.
 Under cross-validation with 15% of the held-out rules' spans hidden at random, this lifts
 recall from 0.862 to 0.901 (``benches/RESULTS.md``).
 
@@ -122,6 +123,23 @@ def word_labels(words: pl.DataFrame, gold: pa.Table, doc_ids: list[str]) -> pl.D
     return words.with_columns(y=pl.Series(y, dtype=pl.String))
 
 
+def hidden_spans(spans: pl.DataFrame, doc_ids: list[str], share: float, seed: int) -> pl.Series:
+    """Which of the ``rules``/``lists`` ``spans`` (``row``, ``start``, ``end``, ``label``)
+    training hides: those whose keyed draw (HMAC-SHA256 under ``seed`` of the note's id, the
+    offsets and the label, :func:`phisieve._core.keyed_draws`) falls below ``share``. A span's
+    fate is a function of the span alone, never of the other spans: a new rule leaves hidden
+    the spans it does not touch (a draw by position would reshuffle them all)."""
+    from .. import _core
+
+    ids = pl.Series("doc_id", doc_ids, dtype=pl.String)
+    parts = [
+        ids.gather(spans.get_column("row")).to_arrow(),
+        *(spans.get_column(c).cast(pl.String).to_arrow() for c in ("start", "end", "label")),
+    ]
+    draws = _core.keyed_draws(f"phisieve-drop-spans:{seed}".encode(), parts).to_numpy()
+    return pl.Series("hidden", draws < np.uint64(int(share * 2**64)))  # share < 1
+
+
 def _labelled(
     notes: pa.Table,
     gold: pa.Table,
@@ -139,11 +157,10 @@ def _labelled(
     texts = notes.column("text").combine_chunks()
     tok, spans = found.found(texts)
     assert tok is not None
-    if o.drop_spans > 0 and spans.height:
-        hidden = np.random.default_rng(o.seed).random(spans.height) < o.drop_spans
-        spans = spans.filter(pl.Series(~hidden))
-    tok = token_table(texts, tok)
     doc_ids = notes.column("doc_id").to_pylist()
+    if o.drop_spans > 0 and spans.height:
+        spans = spans.filter(~hidden_spans(spans, doc_ids, o.drop_spans, o.seed))
+    tok = token_table(texts, tok)
     if evidence is not None:
         rows = pl.DataFrame(
             {"doc_id": doc_ids, "row": range(len(doc_ids))},
