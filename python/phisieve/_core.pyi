@@ -243,5 +243,5 @@ def splice(
 
 def detect_rules(texts: Any) -> pa.RecordBatch:
     """Rule detections of direct identifiers, one row each: ``text`` (input row), code-point
-    ``start``/``end``, ``label`` (DATE, PHONE, EMAIL, URL, IP, SSN, ZIP, AGE, ID, NAME),
+    ``start``/``end``, ``label`` (DATE, PHONE, EMAIL, URL, IP, SSN, ZIP, AGE, ID, LOCATION, NAME),
     ``rule`` and ``score``. Overlapping detections are all kept."""

@@ -53,6 +53,39 @@ def test_rule_families_with_code_point_offsets():
     assert not any(w in ("10:30", "120/80", "called") for w, _ in words)
 
 
+def test_rules_for_organisations_relatives_and_two_digit_years():
+    text = (
+        "Retired from Bethlehem Steel Corp; a student at Towson University and the University "
+        "of Maryland. Daughters Ann and Jo here; wife's name is Rose. Spoke With Hank Lee "
+        "(son). MI in Jan 98, summer of 96, lived there 1996-99. PROPOFOL INC TO 75; "
+        "Family (wife and son-in-law) updated; finished Medical School."
+    )
+    (got,) = found([text])
+    rules = {(w, r) for w, _, src in got for r in src.split("+") if r.startswith("rules:")}
+    assert rules == {
+        ("Bethlehem", "rules:location_employer"),
+        ("Bethlehem", "rules:location_org"),
+        ("Steel", "rules:location_employer"),
+        ("Steel", "rules:location_org"),
+        ("Towson", "rules:location_employer"),
+        ("Towson", "rules:location_org"),
+        ("Maryland", "rules:location_org_of"),
+        ("Ann", "rules:name_relation"),
+        ("Jo", "rules:name_relation_list"),
+        ("Rose", "rules:name_relation_named"),
+        ("Hank", "rules:name_before_relation"),
+        ("Lee", "rules:name_before_relation"),
+        ("Jan 98", "rules:date_month"),
+        ("Jan 98", "rules:date_month_yy2"),
+        ("96", "rules:date_season_year"),
+        ("1996", "rules:date_year4"),
+        ("99", "rules:date_year_range"),
+    }
+    # Not an organisation's kind, a relation word, "INC" (increased) or a kind of school.
+    words = {w for w, _, _ in got}
+    assert not words & {"University", "Corp", "INC", "Family", "son-in-law", "Medical", "School"}
+
+
 def test_overlapping_spans_merge_with_their_sources():
     rows = pl.DataFrame(
         {

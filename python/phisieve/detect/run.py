@@ -3,8 +3,11 @@
 Recognizers (combinable):
 
 * ``rules``: the Rust rule recognizers (:func:`phisieve._core.detect_rules`): dates in clinical
-  forms, phone/pager numbers, e-mail, URLs, IPs, SSNs, ZIP codes, ages over 89, identifier
-  numbers after their context words, and names after titles, relation words or before
+  forms (two-digit years after a month, a season, an event or in a range), phone/pager
+  numbers, e-mail, URLs, IPs, SSNs, ZIP codes, ages over 89, identifier numbers after their
+  context words, places and organisations (before a facility word or an organisation's kind,
+  after "lives in", "University of" or "works at"), and names after titles or relation words
+  (also lists of them: "daughters Ann and Jo"), before a relation ("Mary (wife)") or before
   credentials;
 * ``lists``: a site's deny list (words always direct, e.g. its clinicians and hospitals);
 * ``presidio``: presidio-analyzer's default recognizers over a local spaCy model

@@ -1,7 +1,11 @@
 //! Rule recognizers for direct identifiers (DESIGN.md §3): dates in clinical forms (times are
 //! not dates), phone and pager numbers, e-mail, URLs, IP addresses, SSNs, ZIP codes, ages over
-//! 89, record and other identifier numbers after their context words, and person names after
-//! a title (`Dr.`, `Mrs`), a relation (`wife`, `daughter`) or before a credential (`RN`).
+//! 89, record and other identifier numbers after their context words, places before a facility
+//! word and after `lives in`, organisations before their kind (`University`, `Corp.`), after
+//! `University of` and after working or studying at, and person names after a title (`Dr.`,
+//! `Mrs`), a relation (`wife`, `daughters Ann and Jo`), before a relation (`Mary (wife)`) or
+//! before a credential (`RN`). Two-digit years count after a month, a season or a medical
+//! event, after an apostrophe and at the end of a range (`1996-98`).
 //!
 //! [`detect`] runs every rule over a text and returns the detections with byte and code-point
 //! offsets, sorted; overlapping detections are kept (the caller merges them).
@@ -17,7 +21,7 @@ pub struct Detection {
     pub end: usize,
     pub char_start: usize,
     pub char_end: usize,
-    /// `DATE`, `PHONE`, `EMAIL`, `URL`, `IP`, `SSN`, `ZIP`, `AGE`, `ID` or `NAME`.
+    /// `DATE`, `PHONE`, `EMAIL`, `URL`, `IP`, `SSN`, `ZIP`, `AGE`, `ID`, `LOCATION` or `NAME`.
     pub label: &'static str,
     /// The rule that found it (for the `source` of a span).
     pub rule: &'static str,
@@ -26,12 +30,26 @@ pub struct Detection {
 
 type Check = fn(&str, usize, usize) -> bool;
 
+/// How a rule's groups (`phi`, `phi2`, `phi3`) are checked.
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    /// Each on its own (dates, places after a trigger).
+    Each,
+    /// From the first: a word that fails ends the run (a name after a title: "Dr. Lee
+    /// aware" stops at "aware").
+    Forward,
+    /// From the last: a word that fails ends the run backwards (words before an anchor:
+    /// in "Professor At Towson University", "At" fails and "Professor" is never taken).
+    Backward,
+}
+
 struct Rule {
     name: &'static str,
     label: &'static str,
     score: f32,
     re: Regex,
     check: Check,
+    order: Order,
 }
 
 /// Words that end a name or are never one (function words, clinical words that follow a
@@ -52,9 +70,22 @@ const NOT_NAMES: &str = "a about above after again against all also am an and an
     rehab clinic by x y n s p h o e w who's pt's involved also both two three four several \
     staff contacted contact number numbers will would please thanks thank left right";
 
+/// [`NOT_NAMES`] and the relation words themselves ("wife and son-in-law", "twin sister").
 fn not_names() -> &'static hashbrown::HashSet<&'static str> {
     static SET: OnceLock<hashbrown::HashSet<&'static str>> = OnceLock::new();
-    SET.get_or_init(|| NOT_NAMES.split_whitespace().collect())
+    SET.get_or_init(|| {
+        let relations = [
+            RELATIONS,
+            RELATION_GROUPS,
+            "in-law in-laws law twin step family",
+        ];
+        NOT_NAMES
+            .split_whitespace()
+            .chain(relations.iter().flat_map(|r| r.split(['|', ' ', '\n'])))
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+            .collect()
+    })
 }
 
 fn always(_: &str, _: usize, _: usize) -> bool {
@@ -296,6 +327,55 @@ fn check_place(text: &str, s: usize, e: usize) -> bool {
     is_prefix || (!NOT_PLACES.split_whitespace().any(|n| n == w) && check_name(text, s, e))
 }
 
+/// Words that come before or after an organisation word without naming it: titles, kinds
+/// of school or service, subjects ("Medical School", "University of Medicine", "retired from
+/// the Army").
+const NOT_ORG_NAMES: &str = "dr doctor doctors drs mr mrs ms miss professor prof high middle \
+    elementary grade grad graduate medical nursing law school work job army navy military \
+    marines marine police fire department force forces air national federal county city town \
+    post american medicine pharmacy dentistry engineering business education science sciences \
+    arts art music technology surgeons physicians health public private catholic";
+
+/// A word of an organisation's name: a place word ([`check_place`]) that is not a kind of
+/// organisation ([`ORGS`]: "works at Towson University" ends before "University"), a title, a
+/// kind of school or service or a subject ([`NOT_ORG_NAMES`]).
+fn check_org_name(text: &str, s: usize, e: usize) -> bool {
+    let w = text[s..e].trim_end_matches('.').to_lowercase();
+    let kind = ORGS.split(['|', ' ', '\n']).any(|n| n.trim() == w);
+    !kind && !NOT_ORG_NAMES.split_whitespace().any(|n| n == w) && check_place(text, s, e)
+}
+
+/// A year of two or four digits after a month or a season: four digits or `'96` as any year,
+/// two bare digits only when they cannot be a day (32-99), never a quantity.
+fn check_yy(text: &str, s: usize, e: usize) -> bool {
+    let n = numbers(&text[s..e]);
+    let apostrophe = text[..s].ends_with('\'');
+    let ok = match (e - s, n.first()) {
+        (4, Some(_)) => true,
+        (2, Some(&y)) => apostrophe || y >= 32,
+        _ => false,
+    };
+    ok && check_year(text, s, e)
+}
+
+/// The end of a range of years ("1996-98"): later than the start's last two digits.
+fn check_year_range(text: &str, s: usize, e: usize) -> bool {
+    let before = tail_lower(text, s, 12);
+    let start: String = before
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .chars()
+        .rev()
+        .take(2)
+        .collect::<String>()
+        .chars()
+        .rev()
+        .collect();
+    let (Ok(a), Some(&b)) = (start.parse::<u32>(), numbers(&text[s..e]).first()) else {
+        return false;
+    };
+    b > a && check_year(text, s, e)
+}
+
 fn rule(name: &'static str, label: &'static str, score: f32, re: &str, check: Check) -> Rule {
     Rule {
         name,
@@ -303,21 +383,61 @@ fn rule(name: &'static str, label: &'static str, score: f32, re: &str, check: Ch
         score,
         re: Regex::new(re).unwrap_or_else(|e| panic!("rule {name}: {e}")),
         check,
+        order: if label == "NAME" {
+            Order::Forward
+        } else {
+            Order::Each
+        },
+    }
+}
+
+/// A rule whose groups are words before an anchor, checked from the anchor back
+/// ([`Order::Backward`]).
+fn rule_before(
+    name: &'static str,
+    label: &'static str,
+    score: f32,
+    re: &str,
+    check: Check,
+) -> Rule {
+    Rule {
+        order: Order::Backward,
+        ..rule(name, label, score, re, check)
     }
 }
 
 const MONTHS: &str = "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?|\
     sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?";
-const RELATIONS: &str = "wife|husband|son|sons|daughter|daughters|dtr|sister|sisters|brother|\
-    brothers|mother|father|mom|dad|niece|nephew|aunt|uncle|grandson|granddaughter|grandaughter|\
-    grand daughter|grandchild|friend|proxy|hcp|neighbor|neighbour|cousin|fiance|fiancee|partner|\
-    spouse|sibling|stepson|stepdaughter|son-in-law|daughter-in-law|caregiver|guardian";
+// The `-in-law` forms come first: alternation takes the first that matches, and "son" would
+// leave "-in-law" to be read as a name.
+const RELATIONS: &str = "son-in-law|daughter-in-law|mother-in-law|father-in-law|sister-in-law|\
+    brother-in-law|ex-wife|ex-husband|wife|husband|son|sons|daughter|daughters|dtr|sister|\
+    sisters|brother|brothers|mother|father|mom|dad|mum|niece|nieces|nephew|nephews|aunt|uncle|\
+    grandson|grandsons|granddaughter|granddaughters|grandaughter|grand daughter|grandchild|\
+    grandmother|grandfather|grandma|grandpa|stepmother|stepfather|stepson|stepdaughter|\
+    stepsister|stepbrother|friend|girlfriend|boyfriend|proxy|hcp|neighbor|neighbour|cousin|\
+    fiance|fiancee|partner|spouse|sibling|caregiver|guardian|godmother|godfather|roommate|\
+    companion";
+// Relation words for more than one person, before a list of names ("daughters Ann and Jo").
+const RELATION_GROUPS: &str = "sons|daughters|sisters|brothers|children|kids|grandchildren|\
+    grandsons|granddaughters|nieces|nephews|parents|siblings|cousins|friends|stepchildren";
+// Words that end an organisation's name ("Towson University", "Acme Corp."); not "Inc",
+// which notes write for "increased".
+const ORGS: &str = "university|univ|college|institute|academy|seminary|church|synagogue|mosque|\
+    corporation|corp|company|llc|ltd|associates|foundation|airlines|hospice|infirmary|\
+    sanitarium|penitentiary|prison|correctional";
+// A capitalised word (a name in a note that is not all lower case).
+const CAP: &str = r"\p{Lu}[\p{L}\-]*(?:'\p{L}{2,}[\p{L}\-]*)?";
+// A capitalised word that is not all capitals: in an all-caps note every word is capitalised.
+const TITLE_CASE: &str = r"\p{Lu}\p{Ll}[\p{L}\-]*(?:'\p{L}{2,}[\p{L}\-]*)?";
 // Events a past medical history dates with a year ("CABG 81", "MI '92", "CVA 2004").
 const EVENTS: &str = "mi|ami|imi|nstemi|stemi|cva|tia|cabg|ptca|pci|stent|stents|avr|mvr|tvr|\
     ppm|aicd|icd|dx|dx'd|diagnosed|chf|dvt|ca|cancer|surgery|repair|chole|cholecystectomy|tah|\
     bso|hysterectomy|mastectomy|lumpectomy|nephrectomy|thr|tkr|orif|fx|amputation|bka|aka|redo|\
     xrt|chemo|transplant|appy|appendectomy|colectomy|laminectomy|craniotomy|pacemaker|pacer|\
-    angioplasty|bypass|stroke|ablation|replacement|resection|biopsy|radiation|mva";
+    angioplasty|bypass|stroke|ablation|replacement|resection|biopsy|radiation|mva|hospitalization|\
+    hospitalized|accident|injury|intubation|tracheostomy|catheterization|arrest|pneumonia|\
+    overdose|gsw";
 // Month names that are dates after a day number; "mar" (medication record), "dec"
 // (decrease) and "may" are too often words.
 const DAY_MONTHS: &str = "jan(?:uary)?|feb(?:ruary)?|march|apr(?:il)?|june?|july?|aug(?:ust)?|\
@@ -418,6 +538,29 @@ fn rules() -> &'static [Rule] {
                 |t, _, e| !t[e..].starts_with([':', '.', '/', '%']) || t[e..].starts_with(". "),
             ),
             rule("date_decade", "DATE", 0.7, r"(?i)\b(?:19|20)\d0'?s\b", always),
+            // A two-digit year after a month without a comma ("Jan 98"; "Nov 12" is a day).
+            rule(
+                "date_month_yy2",
+                "DATE",
+                0.7,
+                &format!(r"(?i)\b(?:{DAY_MONTHS})\b\.?\s+'?(?P<phi>\d{{2}})\b"),
+                check_yy,
+            ),
+            rule(
+                "date_season_year",
+                "DATE",
+                0.7,
+                r"(?i)\b(?:spring|summer|fall|autumn|winter|christmas|xmas|thanksgiving|easter)\s+(?:of\s+)?'?(?P<phi>(?:19|20)\d{2}|\d{2})\b",
+                check_yy,
+            ),
+            // The end of a range of years ("1996-98"); its start is a date_year4.
+            rule(
+                "date_year_range",
+                "DATE",
+                0.7,
+                r"\b19[6-9]\d\s*(?:-|to)\s*'?(?P<phi>[6-9]\d)\b",
+                check_year_range,
+            ),
             // Contact numbers.
             rule(
                 "phone",
@@ -488,6 +631,41 @@ fn rules() -> &'static [Rule] {
                 ),
                 check_place,
             ),
+            // Organisations: capitalised words before an organisation word ("Towson
+            // University"), after "University of", and after working or studying at.
+            rule_before(
+                "location_org",
+                "LOCATION",
+                0.7,
+                &format!(
+                    r"(?:(?P<phi>{CAP})\s+)?(?:(?P<phi2>{CAP})\s+)?(?P<phi3>{CAP})\s+(?i:{ORGS})\b"
+                ),
+                check_org_name,
+            ),
+            Rule {
+                order: Order::Forward,
+                ..rule(
+                    "location_org_of",
+                    "LOCATION",
+                    0.7,
+                    &format!(
+                        r"(?i:\b(?:university|univ|college|institute)\.?\s+of\s+)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?"
+                    ),
+                    check_org_name,
+                )
+            },
+            Rule {
+                order: Order::Forward,
+                ..rule(
+                    "location_employer",
+                    "LOCATION",
+                    0.65,
+                    &format!(
+                        r"(?i:\b(?:works?|worked|working|employed|employee|retired|job|student|studies|studying|attends|attended|graduated|volunteers?|volunteered|teaches|taught)\s+(?:at|for|from|by)\s+(?:the\s+)?)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?(?:\s+(?P<phi3>{CAP}))?"
+                    ),
+                    check_org_name,
+                )
+            },
             // Names after a title, a relation word, or before a credential.
             rule(
                 "name_title",
@@ -515,6 +693,39 @@ fn rules() -> &'static [Rule] {
                 0.75,
                 &word_after(RELATIONS, r"[\s,:;'()\-]*"),
                 check_name_after,
+            ),
+            // "wife's name is Mary", "daughters' names are Ann and Jo".
+            rule(
+                "name_relation_named",
+                "NAME",
+                0.75,
+                &format!(
+                    r"(?i)\b(?:{RELATIONS}|{RELATION_GROUPS})(?:'s|s')?\s+(?:first\s+)?names?\s*(?:is|are|:)\s*(?P<phi>{NAME})(?:\s+(?:and\s+)?(?P<phi2>{NAME}))?"
+                ),
+                check_name,
+            ),
+            // The names after the first in a list after a plural relation ("daughters Ann
+            // and Jo"; name_relation finds "Ann").
+            rule(
+                "name_relation_list",
+                "NAME",
+                0.7,
+                &format!(
+                    r"(?i)\b(?:{RELATION_GROUPS})\b[\s,:;()\-]*{NAME}{SEP}(?P<phi>{NAME})(?:{SEP}(?P<phi2>{NAME}))?(?:{SEP}(?P<phi3>{NAME}))?",
+                    SEP = r"\s*(?:,\s*(?:and\s+)?|&\s*|\s+and\s+)"
+                ),
+                check_name,
+            ),
+            // A name in title case before its relation in brackets or after a comma ("Mary
+            // (wife)", "John Lee, pt's son"); not in all-caps notes ("THURS, WIFE IN").
+            rule_before(
+                "name_before_relation",
+                "NAME",
+                0.7,
+                &format!(
+                    r"(?:(?P<phi>{TITLE_CASE})\s+)?(?P<phi2>{TITLE_CASE})\s*(?:\(\s*|,\s*)(?i:(?:the\s+)?(?:pt'?s|patient'?s|his|her|their)\s+)?(?i:{RELATIONS})\b"
+                ),
+                check_name,
             ),
             rule(
                 "name_credential",
@@ -574,14 +785,17 @@ fn matches(text: &str) -> Vec<(usize, usize, &'static Rule)> {
     let mut out = Vec::new();
     for r in rules() {
         for caps in r.re.captures_iter(text) {
-            let groups = ["phi", "phi2", "phi3"];
+            let mut groups = ["phi", "phi2", "phi3", "phi4"];
+            if r.order == Order::Backward {
+                groups.reverse();
+            }
             let mut any = false;
             for g in groups {
                 if let Some(m) = caps.name(g) {
                     any = true;
                     if (r.check)(text, m.start(), m.end()) {
                         out.push((m.start(), m.end(), r));
-                    } else if r.label == "NAME" {
+                    } else if r.order != Order::Each {
                         break; // a word that is not a name ends the name
                     }
                 }
@@ -791,6 +1005,72 @@ mod tests {
             "(301 273 45166)",
             "PHONE"
         ));
+    }
+
+    #[test]
+    fn organisations_by_their_words_and_after_work_or_study() {
+        assert!(has("a student at Towson University.", "Towson", "LOCATION"));
+        assert!(has(
+            "retired from Bethlehem Steel Corp in",
+            "Bethlehem",
+            "LOCATION"
+        ));
+        assert!(has(
+            "retired from Bethlehem Steel Corp in",
+            "Steel",
+            "LOCATION"
+        ));
+        assert!(has(
+            "went to the University of Maryland for",
+            "Maryland",
+            "LOCATION"
+        ));
+        assert!(has("Works for Verizon as", "Verizon", "LOCATION"));
+        assert!(has("GRADUATED FROM LOYOLA COLLEGE", "LOYOLA", "LOCATION"));
+        // Checked from the organisation word back: "At" ends the name.
+        let got = found("Professor At Towson University");
+        assert_eq!(got, vec![("Towson".to_string(), "LOCATION")]);
+        // Kinds of school, subjects, titles and generic employers are not names.
+        assert!(found("finished Medical School and Law School").is_empty());
+        assert!(found("the University of Medicine and the State University").is_empty());
+        let got = found("retired from the Army, works for Dr Smith");
+        assert_eq!(got, vec![("Smith".to_string(), "NAME")]); // the title's name only
+        assert!(found("works at home, student at night").is_empty());
+    }
+
+    #[test]
+    fn relatives_named_listed_and_before_their_relation() {
+        assert!(has("wife's name is Mary.", "Mary", "NAME"));
+        assert!(has("daughters' names are Ann and Jo", "Jo", "NAME"));
+        assert!(has("daughters Jane and Ann visited", "Jane", "NAME"));
+        assert!(has("daughters Jane and Ann visited", "Ann", "NAME"));
+        assert!(has("sons Bill, Tom, and Joe here", "Joe", "NAME"));
+        assert!(has("Spoke With Mary Lee (wife) at", "Mary", "NAME"));
+        assert!(has("Spoke With Mary Lee (wife) at", "Lee", "NAME"));
+        assert!(!has("Spoke With Mary Lee (wife) at", "With", "NAME"));
+        assert!(has("Called John, pt's son-in-law", "John", "NAME"));
+        assert!(has("grandmother Rose called", "Rose", "NAME"));
+        // A relation word is never a name: "-in-law", "wife and son", a list of relations.
+        assert!(found("son-in-law at bedside").is_empty());
+        assert!(found("Wife, son and daughters visited and left").is_empty());
+        assert!(found("Family (wife and son) updated").is_empty());
+        assert!(found("daughters visited and called").is_empty());
+        assert!(found("PLACEMENT TOMORROW ,HUSBAND TO SIGN; Social - Son visited").is_empty());
+        assert!(found("PROPOFOL INC TO 75, HR inc. to 120").is_empty());
+    }
+
+    #[test]
+    fn two_digit_years_after_months_seasons_and_in_ranges() {
+        assert!(has("since Jan 98 on", "98", "DATE"));
+        assert!(has("in November '05.", "05", "DATE"));
+        assert!(!has("seen Nov 12 by", "12", "DATE"));
+        assert!(has("fell in the summer of 96,", "96", "DATE"));
+        assert!(has("Christmas 2004 with", "2004", "DATE"));
+        assert!(!has("fall 10 feet from", "10", "DATE"));
+        assert!(!has("winter 40 mg", "40", "DATE"));
+        assert!(has("lived there 1996-98 then", "98", "DATE"));
+        assert!(!has("from 1998-96", "96", "DATE"));
+        assert!(has("s/p overdose 97, intubated", "97", "DATE"));
     }
 
     #[test]
