@@ -345,9 +345,9 @@ fn check_org_name(text: &str, s: usize, e: usize) -> bool {
     !kind && !NOT_ORG_NAMES.split_whitespace().any(|n| n == w) && check_place(text, s, e)
 }
 
-/// A year of two or four digits after a month or a season: four digits or `'96` as any year,
-/// two bare digits only when they cannot be a day (32-99), never a quantity.
-fn check_yy(text: &str, s: usize, e: usize) -> bool {
+/// A year of two or four digits after a season: four digits or `'96` as any year, two bare
+/// digits only from 32 ("fall 10 feet" is a fall), never a quantity.
+fn check_season_year(text: &str, s: usize, e: usize) -> bool {
     let n = numbers(&text[s..e]);
     let apostrophe = text[..s].ends_with('\'');
     let ok = match (e - s, n.first()) {
@@ -538,20 +538,12 @@ fn rules() -> &'static [Rule] {
                 |t, _, e| !t[e..].starts_with([':', '.', '/', '%']) || t[e..].starts_with(". "),
             ),
             rule("date_decade", "DATE", 0.7, r"(?i)\b(?:19|20)\d0'?s\b", always),
-            // A two-digit year after a month without a comma ("Jan 98"; "Nov 12" is a day).
-            rule(
-                "date_month_yy2",
-                "DATE",
-                0.7,
-                &format!(r"(?i)\b(?:{DAY_MONTHS})\b\.?\s+'?(?P<phi>\d{{2}})\b"),
-                check_yy,
-            ),
             rule(
                 "date_season_year",
                 "DATE",
                 0.7,
                 r"(?i)\b(?:spring|summer|fall|autumn|winter|christmas|xmas|thanksgiving|easter)\s+(?:of\s+)?'?(?P<phi>(?:19|20)\d{2}|\d{2})\b",
-                check_yy,
+                check_season_year,
             ),
             // The end of a range of years ("1996-98"); its start is a date_year4.
             rule(
@@ -1061,9 +1053,9 @@ mod tests {
 
     #[test]
     fn two_digit_years_after_months_seasons_and_in_ranges() {
-        assert!(has("since Jan 98 on", "98", "DATE"));
-        assert!(has("in November '05.", "05", "DATE"));
-        assert!(!has("seen Nov 12 by", "12", "DATE"));
+        // After a month, date_month takes the year with it.
+        assert!(has("since Jan 98 on", "Jan 98", "DATE"));
+        assert!(has("in November '05.", "November '05", "DATE"));
         assert!(has("fell in the summer of 96,", "96", "DATE"));
         assert!(has("Christmas 2004 with", "2004", "DATE"));
         assert!(!has("fall 10 feet from", "10", "DATE"));
