@@ -777,7 +777,7 @@ fn matches(text: &str) -> Vec<(usize, usize, &'static Rule)> {
     let mut out = Vec::new();
     for r in rules() {
         for caps in r.re.captures_iter(text) {
-            let mut groups = ["phi", "phi2", "phi3", "phi4"];
+            let mut groups = ["phi", "phi2", "phi3"];
             if r.order == Order::Backward {
                 groups.reverse();
             }
