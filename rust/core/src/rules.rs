@@ -360,17 +360,8 @@ fn check_season_year(text: &str, s: usize, e: usize) -> bool {
 
 /// The end of a range of years ("1996-98"): later than the start's last two digits.
 fn check_year_range(text: &str, s: usize, e: usize) -> bool {
-    let before = tail_lower(text, s, 12);
-    let start: String = before
-        .trim_end_matches(|c: char| !c.is_ascii_digit())
-        .chars()
-        .rev()
-        .take(2)
-        .collect::<String>()
-        .chars()
-        .rev()
-        .collect();
-    let (Ok(a), Some(&b)) = (start.parse::<u32>(), numbers(&text[s..e]).first()) else {
+    let start = numbers(&tail_lower(text, s, 12)).last().map(|n| n % 100);
+    let (Some(a), Some(&b)) = (start, numbers(&text[s..e]).first()) else {
         return false;
     };
     b > a && check_year(text, s, e)
@@ -391,18 +382,10 @@ fn rule(name: &'static str, label: &'static str, score: f32, re: &str, check: Ch
     }
 }
 
-/// A rule whose groups are words before an anchor, checked from the anchor back
-/// ([`Order::Backward`]).
-fn rule_before(
-    name: &'static str,
-    label: &'static str,
-    score: f32,
-    re: &str,
-    check: Check,
-) -> Rule {
-    Rule {
-        order: Order::Backward,
-        ..rule(name, label, score, re, check)
+impl Rule {
+    /// The rule with its groups checked in `order` (its label's order otherwise).
+    fn ordered(self, order: Order) -> Rule {
+        Rule { order, ..self }
     }
 }
 
@@ -625,7 +608,7 @@ fn rules() -> &'static [Rule] {
             ),
             // Organisations: capitalised words before an organisation word ("Towson
             // University"), after "University of", and after working or studying at.
-            rule_before(
+            rule(
                 "location_org",
                 "LOCATION",
                 0.7,
@@ -633,31 +616,28 @@ fn rules() -> &'static [Rule] {
                     r"(?:(?P<phi>{CAP})\s+)?(?:(?P<phi2>{CAP})\s+)?(?P<phi3>{CAP})\s+(?i:{ORGS})\b"
                 ),
                 check_org_name,
-            ),
-            Rule {
-                order: Order::Forward,
-                ..rule(
-                    "location_org_of",
-                    "LOCATION",
-                    0.7,
-                    &format!(
-                        r"(?i:\b(?:university|univ|college|institute)\.?\s+of\s+)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?"
-                    ),
-                    check_org_name,
-                )
-            },
-            Rule {
-                order: Order::Forward,
-                ..rule(
-                    "location_employer",
-                    "LOCATION",
-                    0.65,
-                    &format!(
-                        r"(?i:\b(?:works?|worked|working|employed|employee|retired|job|student|studies|studying|attends|attended|graduated|volunteers?|volunteered|teaches|taught)\s+(?:at|for|from|by)\s+(?:the\s+)?)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?(?:\s+(?P<phi3>{CAP}))?"
-                    ),
-                    check_org_name,
-                )
-            },
+            )
+            .ordered(Order::Backward),
+            rule(
+                "location_org_of",
+                "LOCATION",
+                0.7,
+                &format!(
+                    r"(?i:\b(?:university|univ|college|institute)\.?\s+of\s+)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?"
+                ),
+                check_org_name,
+            )
+            .ordered(Order::Forward),
+            rule(
+                "location_employer",
+                "LOCATION",
+                0.65,
+                &format!(
+                    r"(?i:\b(?:works?|worked|working|employed|employee|retired|job|student|studies|studying|attends|attended|graduated|volunteers?|volunteered|teaches|taught)\s+(?:at|for|from|by)\s+(?:the\s+)?)(?P<phi>{CAP})(?:\s+(?P<phi2>{CAP}))?(?:\s+(?P<phi3>{CAP}))?"
+                ),
+                check_org_name,
+            )
+            .ordered(Order::Forward),
             // Names after a title, a relation word, or before a credential.
             rule(
                 "name_title",
@@ -710,7 +690,7 @@ fn rules() -> &'static [Rule] {
             ),
             // A name in title case before its relation in brackets or after a comma ("Mary
             // (wife)", "John Lee, pt's son"); not in all-caps notes ("THURS, WIFE IN").
-            rule_before(
+            rule(
                 "name_before_relation",
                 "NAME",
                 0.7,
@@ -718,7 +698,8 @@ fn rules() -> &'static [Rule] {
                     r"(?:(?P<phi>{TITLE_CASE})\s+)?(?P<phi2>{TITLE_CASE})\s*(?:\(\s*|,\s*)(?i:(?:the\s+)?(?:pt'?s|patient'?s|his|her|their)\s+)?(?i:{RELATIONS})\b"
                 ),
                 check_name,
-            ),
+            )
+            .ordered(Order::Backward),
             rule(
                 "name_credential",
                 "NAME",
