@@ -181,6 +181,40 @@ def test_training_on_refilled_copies_too(tiny_base: Path, tmp_path, capsys):
     assert "augment must be >= 0, not -1" in capsys.readouterr().err
 
 
+def test_a_base_cut_to_its_first_layers(tiny_base: Path, tmp_path, capsys):
+    """``layers`` keeps the base's first N transformer layers, with their pretrained weights."""
+    from safetensors.numpy import load_file
+
+    documents, gold = synthetic(["Quaxley"], 8, seed=1)
+    still = {**TRAIN, "epochs": 1, "learning_rate": 0.0, "device": "cpu"}  # weights unchanged
+    one = tmp_path / "one"
+    stats = train_recognizer(documents, gold, tiny_base, one, Options(layers=1, **still))
+    assert stats["layers"] == 1
+    meta = json.loads((tmp_path / "one" / "phisieve.json").read_text())
+    config = json.loads((tmp_path / "one" / "config.json").read_text())
+    assert meta["layers"] == config["num_hidden_layers"] == 1
+    cut, whole = (load_file(tmp_path / "one" / "model.safetensors"),
+                  load_file(tiny_base / "model.safetensors"))  # fmt: skip
+    encoder = {k for k in whole if ".encoder.layer." in k}
+    assert {k for k in encoder if ".layer.0." in k} == {k for k in cut if ".encoder.layer." in k}
+    for name in cut:
+        if name in whole and "classifier" not in name:
+            np.testing.assert_array_equal(cut[name], whole[name])
+    # The whole depth when not given; the found recognizer runs either way.
+    full = train_recognizer(documents, gold, tiny_base, tmp_path / "all", Options(**still))
+    assert full["layers"] == 2
+    assert len(ModelRecognizer(tmp_path / "one", device="cpu")(["Dr. Quaxley saw him."])) == 1
+    for bad, message in ((3, "layers=3, but the base model has 2 layers"),
+                         (0, "layers must be at least 1, not 0")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            train_recognizer(documents, gold, tiny_base, tmp_path / "x", Options(layers=bad))
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit):
+        main(["detect-train-crf", str(tmp_path), "--base", str(tiny_base), "--out",
+              str(tmp_path / "c"), "--model-layers", "0"])  # fmt: skip
+    assert "layers must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_notes_are_read_in_groups_with_the_same_result(tiny_model: Path, monkeypatch):
     texts = [*synthetic(HELD_OUT, 12, seed=6)[0].column("text").to_pylist(), None, ""]
     recognizer = ModelRecognizer(tiny_model, device="cpu")

@@ -83,6 +83,13 @@ def detect_eval(
             "copies of each training note (see detect-train)."
         ),
     ] = 0,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            help="With --base: keep the base model's first N transformer layers (see "
+            "detect-train; default: all)."
+        ),
+    ] = None,
     oof: Annotated[
         str,
         typer.Option(
@@ -104,7 +111,12 @@ def detect_eval(
     if json_out is not None:
         check_output(json_out, overwrite, kind=FILE)
     options = detect_options(recognizers, deny, allow, stanza_model)
-    train_options = {"epochs": epochs, "learning_rate": learning_rate, "augment": augment}
+    train_options = {
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "augment": augment,
+        "layers": layers,
+    }
     recorded = {"recognizers": recognizers, "cv": cv, "seed": seed, "learn_deny": learn_deny,
                 "oof": oof, **train_options}  # fmt: skip
     if cv:

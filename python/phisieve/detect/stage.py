@@ -265,6 +265,11 @@ class DetectTrainOptions:
         "Copies of each note with its gold PHI re-filled by fresh surrogates, trained on too: "
         "the model learns where PHI goes, not these patients' PHI.",
     )
+    layers: int | None = option(
+        None,
+        "Keep only the base model's first N transformer layers (default: all of them): a "
+        "shallower model trains and detects faster, each layer dropped saving its share.",
+    )
     seed: int = option(0, "Seed of initialisation, order, sampling and the copies.")
     device: str | None = option(None, "cuda, cpu...; default CUDA when available.")
 
@@ -279,6 +284,8 @@ def check_options(o: DetectTrainOptions) -> None:
         raise ConfigError("o_weight must be in (0, 1] and negative_share in [0, 1]")
     if o.augment < 0:
         raise ConfigError(f"augment must be >= 0, not {o.augment}")
+    if o.layers is not None and o.layers < 1:
+        raise ConfigError(f"layers must be at least 1, not {o.layers}")
 
 
 class DetectTrainStage(BuildStage):
@@ -343,10 +350,13 @@ class CrfTrainOptions:
         "With --base: patient folds of the model's out-of-fold scores the tagger learns from.",
     )
     model_epochs: int = option(3, "With --base: the model's training epochs (see detect-train).")
+    model_layers: int | None = option(
+        None, "With --base: keep the base model's first N layers (see detect-train)."
+    )
     device: str | None = option(None, "With --base: cuda, cpu...; default CUDA when available.")
 
 
-STACKING_OPTIONS = ("folds", "model_epochs", "device")
+STACKING_OPTIONS = ("folds", "model_epochs", "model_layers", "device")
 """The options of :class:`CrfTrainOptions` that only the stacked CRF (``--base``) reads."""
 
 
@@ -359,6 +369,8 @@ def check_crf_options(o: CrfTrainOptions) -> None:
         raise ConfigError(
             f"folds must be >= 2 and model_epochs >= 1, not {o.folds} and {o.model_epochs}"
         )
+    if o.model_layers is not None:
+        check_options(DetectTrainOptions(layers=o.model_layers))
     if not 0 <= o.drop_spans < 1:
         raise ConfigError(f"drop_spans must be in [0, 1), not {o.drop_spans}")
 
@@ -402,7 +414,9 @@ class DetectTrainCrfStage(BuildStage):
         if base is None:
             ctx.stats.update(crf_train.train_crf(documents, gold, target, o, ctx=ctx))
             return
-        model = DetectTrainOptions(epochs=o.model_epochs, seed=o.seed, device=o.device)
+        model = DetectTrainOptions(
+            epochs=o.model_epochs, layers=o.model_layers, seed=o.seed, device=o.device
+        )
         ctx.stats.update(
             stacking.train_stacked(
                 documents,

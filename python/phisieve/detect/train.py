@@ -158,7 +158,7 @@ def train_recognizer(
         The training statistics (as in ``phisieve.json``).
     """
     import torch
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
     o = options or DetectTrainOptions()
     folder = Path(folder)
@@ -177,16 +177,26 @@ def train_recognizer(
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     if not tokenizer.is_fast:
         raise ConfigError("the base model needs a fast tokenizer (offsets)")
+    config = AutoConfig.from_pretrained(
+        base,
+        local_files_only=True,
+        num_labels=len(LABELS),
+        id2label=dict(enumerate(LABELS)),
+        label2id={label: i for i, label in enumerate(LABELS)},
+    )
+    depth = getattr(config, "num_hidden_layers", None)
+    if o.layers is not None:
+        if depth is None or o.layers > depth:
+            raise ConfigError(
+                f"layers={o.layers}, but the base model has {depth or 'no count of'} layers"
+            )
+        config.num_hidden_layers = depth = o.layers
     torch.manual_seed(seed)
     with _quiet_loading():
-        # A new classifier head is expected: transformers' report of it is noise here.
+        # A new classifier head is expected, and the dropped layers' weights are left
+        # unread: transformers' report of them is noise here.
         model = AutoModelForTokenClassification.from_pretrained(
-            base,
-            local_files_only=True,
-            num_labels=len(LABELS),
-            id2label=dict(enumerate(LABELS)),
-            label2id={label: i for i, label in enumerate(LABELS)},
-            ignore_mismatched_sizes=True,
+            base, config=config, local_files_only=True, ignore_mismatched_sizes=True
         )
     texts = [t or "" for t in documents.column("text").to_pylist()]
     doc_ids = documents.column("doc_id").cast(pa.string()).to_pylist()
@@ -277,6 +287,7 @@ def train_recognizer(
         "stride": stride,
         "o_weight": o_weight,
         "base": "/".join(base.parts[-2:]),
+        "layers": depth,
         "seed": seed,
         "notes": documents.num_rows,
         "refilled_copies": copied,
