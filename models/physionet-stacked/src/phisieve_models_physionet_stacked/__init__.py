@@ -23,8 +23,8 @@ def stacked_path() -> Path:
     pathlib.Path
         A folder of ``phisieve detect-train-crf --base``'s format: ``crf.crfsuite`` (the
         tagger, which also reads the model's probabilities), ``finder.crfsuite``,
-        ``phisieve.json``, and ``model/``: the token classifier (MiniLM-L6, its first layer by
-        default, fine-tuned on the same notes) as 8-bit ONNX (``model.int8.onnx``), its
+        ``phisieve.json``, and ``model/``: the token classifier (MiniLM-L6, or its first layer
+        only, fine-tuned on the same notes) as 8-bit ONNX (``model.int8.onnx``), its
         tokenizer and configuration.
     """
     return Path(__file__).resolve().parent / "stacked"

@@ -121,7 +121,7 @@ def physionet_crf() -> Path:
 
 STACKED_MODELS = "phisieve-models-physionet-stacked"
 """The optional distribution of the stacked CRF trained on the PhysioNet deid notes (GPL-2.0):
-the CRF and its token classifier (MiniLM-L6 cut to its first layer, 8-bit ONNX), run by
+the CRF and its token classifier (MiniLM-L6, or its first layer only; 8-bit ONNX), run by
 ``--recognizers rules,lists,crf,model`` (:func:`physionet_stacked`)."""
 
 STACKED_PACKAGE = "phisieve_models_physionet_stacked"
