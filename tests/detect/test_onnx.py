@@ -45,6 +45,16 @@ def test_export_is_checked_and_recorded(exported: Path):
     assert int8["bytes"] < fp32["bytes"]
     assert int8["argmax_differs"] <= 0.05
     assert info["windows"] > 1 and info["opset"] == 17
+    assert info["attention"] == "eager"
+
+
+def test_export_traces_the_plain_attention(exported: Path):
+    """Eager attention, masked by addition: none of the per-layer handling of fully masked
+    rows that PyTorch's scaled_dot_product_attention traces to (IsNaN, then Where)."""
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(exported / ONNX_FILE)).graph.node]
+    assert "IsNaN" not in ops and ops.count("Softmax") == 2  # the tiny model's two layers
 
 
 def test_onnx_backends_agree_with_pytorch(exported: Path):
@@ -82,6 +92,14 @@ def test_batches_by_length_do_not_change_the_scores(exported: Path):
         many.select("row", "start", "end", "label")
     )
     np.testing.assert_allclose(one["p"].to_numpy(), many["p"].to_numpy(), atol=1e-5)
+
+
+def test_batch_size_defaults_by_backend(exported: Path):
+    """Small batches on CPU under onnxruntime (cache-sized), large ones for PyTorch."""
+    assert ModelRecognizer(exported, backend="onnx-int8").batch_size == 8
+    assert ModelRecognizer(exported, backend="onnx").batch_size == 8
+    assert ModelRecognizer(exported, device="cpu", backend="torch").batch_size == 64
+    assert ModelRecognizer(exported, backend="onnx-int8", batch_size=3).batch_size == 3
 
 
 def test_missing_files_and_unknown_backends_are_refused(tiny_model: Path):  # noqa: F811

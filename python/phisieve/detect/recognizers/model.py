@@ -27,7 +27,7 @@ from ...pipeline.progress import quiet_transformers as _quiet_loading
 from ..labels import CATEGORIES, LABELS
 from ..windows import Windows, windows
 
-__all__ = ["BACKENDS", "FORMAT", "TOKEN_SCORES", "ModelRecognizer"]
+__all__ = ["BACKENDS", "BATCH_SIZES", "FORMAT", "TOKEN_SCORES", "ModelRecognizer"]
 
 FORMAT = "phisieve-recognizer/1"
 """The ``format`` of a recognizer folder's ``phisieve.json``."""
@@ -78,6 +78,13 @@ float32 or 8-bit ONNX model (:mod:`phisieve.detect.onnx`); ``auto``: PyTorch on 
 8-bit model when the folder has it and onnxruntime is installed, else the float32 ONNX model
 likewise, else PyTorch."""
 
+BATCH_SIZES = {"torch": 64, "onnx": 8, "onnx-int8": 8}
+"""Windows per forward pass by backend, unless given. On CPU, onnxruntime runs one operator
+at a time over the batch; 8 windows' activations (8 x 128 x 384 floats, 1.5 MB for MiniLM)
+stay in a core's cache from one operator to the next, and 64 windows' do not: 8 windows a
+batch are about a fifth faster there (``benches/RESULTS.md``). PyTorch, on CUDA, wants large
+batches."""
+
 
 class ModelRecognizer:
     """A model trained by :func:`train_recognizer`, as a recognizer of ``detect``.
@@ -89,8 +96,9 @@ class ModelRecognizer:
     device
         Default CUDA when available (bf16 autocast there).
     batch_size
-        Windows per forward pass. The windows are batched by length, longest first, and each
-        batch is cut to its longest window (the last window of a note is often short).
+        Windows per forward pass (default by backend, :data:`BATCH_SIZES`). The windows are
+        batched by length, longest first, and each batch is cut to its longest window (the
+        last window of a note is often short).
     max_length, stride
         Window length and overlap in tokens (:mod:`phisieve.detect.windows`); default those
         of training (``phisieve.json``).
@@ -109,7 +117,7 @@ class ModelRecognizer:
         path: str | os.PathLike[str],
         *,
         device: str | None = None,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_length: int | None = None,
         stride: int | None = None,
         backend: str = "auto",
@@ -138,7 +146,7 @@ class ModelRecognizer:
         self.device = _device("cpu" if self.session is not None else device)
         if self.model is not None:
             self.model.to(self.device).eval()
-        self.batch_size = batch_size
+        self.batch_size = int(batch_size or BATCH_SIZES[self.backend])
         self.max_length = int(max_length or self.meta["max_length"])
         self.stride = int(self.meta["stride"] if stride is None else stride)
         self.o_bias = -math.log(float(self.meta.get("o_weight", 1.0)))
