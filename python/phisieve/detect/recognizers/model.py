@@ -79,10 +79,10 @@ float32 or 8-bit ONNX model (:mod:`phisieve.detect.onnx`); ``auto``: PyTorch on 
 likewise, else PyTorch."""
 
 BATCH_SIZES = {"torch": 64, "onnx": 8, "onnx-int8": 8}
-"""Windows per forward pass by backend, unless given. On CPU, onnxruntime runs one operator
-at a time over the batch; 8 windows' activations (8 x 128 x 384 floats, 1.5 MB for MiniLM)
-stay in a core's cache from one operator to the next, and 64 windows' do not: 8 windows a
-batch are about a fifth faster there (``benches/RESULTS.md``). PyTorch, on CUDA, wants large
+"""Windows per forward pass by backend, unless given. On one CPU core, onnxruntime runs 8
+windows a batch about a fifth faster than 64 (``benches/RESULTS.md``, issue 42), likely
+because 8 windows' hidden states (8 x 128 x 384 floats for MiniLM, 1.5 MiB) stay in a core's
+L2 cache between operators and 64 windows' (12 MiB) do not. PyTorch, on CUDA, wants large
 batches."""
 
 
