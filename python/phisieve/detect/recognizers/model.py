@@ -78,12 +78,18 @@ float32 or 8-bit ONNX model (:mod:`phisieve.detect.onnx`); ``auto``: PyTorch on 
 8-bit model when the folder has it and onnxruntime is installed, else the float32 ONNX model
 likewise, else PyTorch."""
 
-BATCH_SIZES = {"torch": 64, "onnx": 8, "onnx-int8": 8}
-"""Windows per forward pass by backend, unless given. On one CPU core, onnxruntime runs 8
-windows a batch about a fifth faster than 64 (``benches/RESULTS.md``, issue 42), likely
-because 8 windows' hidden states (8 x 128 x 384 floats for MiniLM, 1.5 MiB) stay in a core's
-L2 cache between operators and 64 windows' (12 MiB) do not. PyTorch, on CUDA, wants large
-batches."""
+BATCH_SIZES = {"torch": 64, "onnx": 8, "onnx-int8": 1}
+"""Windows per forward pass by backend, unless given.
+
+* ``onnx-int8``: one window. onnxruntime's dynamic quantisation gives the activations of a
+  whole batch one 8-bit scale, so in a batch of several windows a note's scores depend on the
+  windows of other notes beside it (measured: labels changed), and with them on how notes are
+  partitioned among calls and workers. One window a batch makes a note's scores a function of
+  the note alone, at about 8% of the speed of batches of 8 (``benches/RESULTS.md``).
+* ``onnx`` (float32): 8 windows, about a fifth faster than 64 on one CPU core, likely because
+  8 windows' hidden states (8 x 128 x 384 floats for MiniLM, 1.5 MiB) stay in a core's L2
+  cache between operators and 64 windows' (12 MiB) do not.
+* ``torch``: 64, for CUDA."""
 
 
 class ModelRecognizer:
