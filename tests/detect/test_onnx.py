@@ -107,20 +107,21 @@ def test_8bit_scores_of_a_note_do_not_depend_on_the_other_notes(exported: Path):
     """Dynamic quantisation scales a batch's activations together; by default each window
     is its own batch, so a note scores the same alone and among others, to the bit."""
     notes = texts()
-    run = ModelRecognizer(exported, backend="onnx-int8", threads=1)
-    together = run.token_scores(notes)
-    for row in (0, 5, len(notes) - 1):
-        alone = run.token_scores([notes[row]]).drop("row")
-        assert alone.equals(together.filter(together["row"] == row).drop("row"))
+    rows = (0, 5, len(notes) - 1)
+
+    def alone_as_among_others(run: ModelRecognizer) -> list[bool]:
+        together = run.token_scores(notes)
+        return [
+            run.token_scores([notes[row]])
+            .drop("row")
+            .equals(together.filter(together["row"] == row).drop("row"))
+            for row in rows
+        ]
+
+    assert all(alone_as_among_others(ModelRecognizer(exported, backend="onnx-int8", threads=1)))
     # Batches of several windows couple them: the reason for the default.
     coupled = ModelRecognizer(exported, backend="onnx-int8", threads=1, batch_size=8)
-    mixed = coupled.token_scores(notes)
-    assert not all(
-        coupled.token_scores([notes[row]])
-        .drop("row")
-        .equals(mixed.filter(mixed["row"] == row).drop("row"))
-        for row in (0, 5, len(notes) - 1)
-    )
+    assert not all(alone_as_among_others(coupled))
 
 
 def test_missing_files_and_unknown_backends_are_refused(tiny_model: Path):  # noqa: F811
