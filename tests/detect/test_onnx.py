@@ -156,3 +156,32 @@ def test_a_worker_s_thread_budget_bounds_onnxruntime(exported: Path, monkeypatch
         .intra_op_num_threads
         == 2
     )
+
+
+def test_a_recognizer_loads_its_model_on_first_use_and_never_pickles_it(exported: Path):
+    """``detect --workers N`` hands the recognizers to the workers pickled: the process that
+    hands out the notes never loads the model (on a GPU machine, seconds and a CUDA context
+    of its own), and the workers load it from the folder."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from phisieve.detect.recognizers.model import ModelRecognizer\n"
+        f"ModelRecognizer({str(exported)!r})\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'onnxruntime') if m in sys.modules))\n"
+    )
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert imported.stdout.strip() == "[]"
+
+    for backend, device in (("torch", "cpu"), ("onnx", None), ("onnx-int8", None)):
+        recognizer = ModelRecognizer(exported, backend=backend, device=device)
+        unloaded = len(pickle.dumps(recognizer))
+        spans = recognizer(texts())
+        assert recognizer.model is not None or recognizer.session is not None
+        shipped = pickle.dumps(recognizer)
+        assert len(shipped) == unloaded < 50_000  # the weights are megabytes
+        again = pickle.loads(shipped)
+        assert again.backend == backend and again(texts()) == spans

@@ -10,6 +10,7 @@ and its scores rank spans but are not calibrated probabilities.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -22,9 +23,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ...errors import ConfigError
+from ...errors import ConfigError, MissingDependencyError
 from ...pipeline.progress import quiet_transformers as _quiet_loading
 from ..labels import CATEGORIES, LABELS
+from ..onnx import INT8_FILE, ONNX_FILE, OnnxLogits, available
 from ..windows import Windows, windows
 
 __all__ = ["BACKENDS", "BATCH_SIZES", "FORMAT", "TOKEN_SCORES", "ModelRecognizer"]
@@ -78,6 +80,23 @@ float32 or 8-bit ONNX model (:mod:`phisieve.detect.onnx`); ``auto``: PyTorch on 
 8-bit model when the folder has it and onnxruntime is installed, else the float32 ONNX model
 likewise, else PyTorch."""
 
+ONNX_FILES = {"onnx-int8": INT8_FILE, "onnx": ONNX_FILE}
+"""The file of each onnxruntime backend (:mod:`phisieve.detect.onnx`), in the order ``auto``
+prefers them."""
+
+
+@dataclass
+class _Runtime:
+    """What a :class:`ModelRecognizer` loads on first use."""
+
+    tokenizer: Any
+    backend: str
+    model: Any
+    session: Any
+    device: Any
+    batch_size: int
+
+
 BATCH_SIZES = {"torch": 64, "onnx": 8, "onnx-int8": 1}
 """Windows per forward pass by backend, unless given.
 
@@ -112,6 +131,11 @@ class ModelRecognizer:
         One of :data:`BACKENDS`.
     threads
         onnxruntime's threads (0: every core); PyTorch keeps its own setting.
+
+    The folder and what its backend needs are checked here; the tokenizer and the model are
+    loaded on first use, and never pickled: ``detect --workers N`` loads them in each worker
+    only, not in the process that hands out the notes (on a GPU machine that saved 14 s, a
+    CUDA context and PyTorch's imports, in a run of 43,500 notes: ``benches/RESULTS.md``).
     """
 
     CHUNK_CHARS = 1 << 20
@@ -129,8 +153,6 @@ class ModelRecognizer:
         backend: str = "auto",
         threads: int = 0,
     ) -> None:
-        from transformers import AutoTokenizer
-
         path = Path(path)
         meta = path / "phisieve.json"
         if not meta.exists():
@@ -144,31 +166,70 @@ class ModelRecognizer:
         if backend not in BACKENDS:
             raise ConfigError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
         self.path = path
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         config = json.loads((path / "config.json").read_text())
         id2label = {int(k): v for k, v in config["id2label"].items()}
         self.labels = [id2label[i] for i in range(len(LABELS))]
-        self.backend, self.model, self.session = self._backend(backend, device, threads)
-        self.device = _device("cpu" if self.session is not None else device)
-        if self.model is not None:
-            self.model.to(self.device).eval()
-        self.batch_size = int(batch_size or BATCH_SIZES[self.backend])
         self.max_length = int(max_length or self.meta["max_length"])
         self.stride = int(self.meta["stride"] if stride is None else stride)
         self.o_bias = -math.log(float(self.meta.get("o_weight", 1.0)))
+        self._check(backend)
+        self._options = {
+            "backend": backend,
+            "device": device,
+            "threads": threads,
+            "batch_size": batch_size,
+        }
+        self._runtime: _Runtime | None = None
 
-    def _backend(self, backend: str, device: str | None, threads: int) -> tuple[str, Any, Any]:
-        """The backend chosen (:data:`BACKENDS`), and its PyTorch model or onnxruntime
-        session."""
-        from ..onnx import INT8_FILE, ONNX_FILE, OnnxLogits, available
+    def _check(self, backend: str) -> None:
+        """What the backend needs, checked without importing or loading anything: the
+        packages and the model file."""
+        if importlib.util.find_spec("transformers") is None:
+            raise MissingDependencyError("transformers", "torch")
+        if backend == "torch" and importlib.util.find_spec("torch") is None:
+            raise MissingDependencyError("torch", "torch")
+        if backend in ONNX_FILES:
+            if not (self.path / ONNX_FILES[backend]).is_file():
+                raise ConfigError(
+                    f"{self.path} has no {ONNX_FILES[backend]} "
+                    "(export it with `phisieve detect-onnx`)"
+                )
+            if not available():
+                raise ConfigError(
+                    f"the backend {backend} needs onnxruntime: pip install 'phisieve[onnx]'"
+                )
 
-        files = {"onnx": ONNX_FILE, "onnx-int8": INT8_FILE}
+    def _load(self) -> _Runtime:
+        """The tokenizer and the model, loaded on first use (in the process that runs them:
+        ``detect --workers N`` loads them in each worker, never in the process that hands
+        out the notes)."""
+        if self._runtime is None:
+            self._runtime = self._open(**self._options)
+        return self._runtime
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker process loads the tokenizer and the model again, from the folder.
+        state = dict(self.__dict__)
+        state["_runtime"] = None
+        return state
+
+    def _open(
+        self, backend: str, device: str | None, threads: int, batch_size: int | None
+    ) -> _Runtime:
+        """The backend chosen (:data:`BACKENDS`) with its PyTorch model or onnxruntime
+        session, and the tokenizer."""
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
         if backend == "auto":
-            cuda = _device(device).type == "cuda"
+            has_torch = importlib.util.find_spec("torch") is not None
+            cuda = has_torch and _device(device).type == "cuda"
             backend = "torch"
             if not cuda and available():
-                present = [b for b in ("onnx-int8", "onnx") if (self.path / files[b]).is_file()]
+                present = [b for b in ONNX_FILES if (self.path / ONNX_FILES[b]).is_file()]
                 backend = present[0] if present else "torch"
+            self._check(backend)
+        model = session = None
         if backend == "torch":
             from transformers import AutoModelForTokenClassification
 
@@ -176,28 +237,58 @@ class ModelRecognizer:
                 model = AutoModelForTokenClassification.from_pretrained(
                     self.path, local_files_only=True
                 )
-            return backend, model, None
-        if not (self.path / files[backend]).is_file():
-            raise ConfigError(
-                f"{self.path} has no {files[backend]} (export it with `phisieve detect-onnx`)"
-            )
-        if not available():
-            raise ConfigError(
-                f"the backend {backend} needs onnxruntime: pip install 'phisieve[onnx]'"
-            )
-        return backend, None, OnnxLogits(self.path / files[backend], threads)
+        else:
+            session = OnnxLogits(self.path / ONNX_FILES[backend], threads)
+        run_on = None
+        if model is not None:
+            run_on = _device(device)
+            model.to(run_on).eval()
+        return _Runtime(
+            tokenizer, backend, model, session, run_on, int(batch_size or BATCH_SIZES[backend])
+        )
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loaded on first use)."""
+        return self._load().tokenizer
+
+    @property
+    def backend(self) -> str:
+        """The backend the model runs on (:data:`BACKENDS`, ``auto`` resolved)."""
+        return self._load().backend
+
+    @property
+    def model(self) -> Any:
+        """The PyTorch model (``None`` on an onnxruntime backend)."""
+        return self._load().model
+
+    @property
+    def session(self) -> Any:
+        """The onnxruntime session (``None`` on PyTorch)."""
+        return self._load().session
+
+    @property
+    def device(self) -> Any:
+        """The PyTorch device the model runs on (``None`` on an onnxruntime backend)."""
+        return self._load().device
+
+    @property
+    def batch_size(self) -> int:
+        """Windows per forward pass."""
+        return self._load().batch_size
 
     def _logits(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        if self.session is not None:
-            return self.session(ids, mask)
+        run = self._load()
+        if run.session is not None:
+            return run.session(ids, mask)
         import torch
 
-        amp = self.device.type == "cuda"
+        amp = run.device.type == "cuda"
         with torch.inference_mode():
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = self.model(
-                    input_ids=torch.from_numpy(ids).to(self.device),
-                    attention_mask=torch.from_numpy(mask).to(self.device),
+            with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = run.model(
+                    input_ids=torch.from_numpy(ids).to(run.device),
+                    attention_mask=torch.from_numpy(mask).to(run.device),
                 ).logits
             return logits.float().cpu().numpy()
 
