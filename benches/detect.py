@@ -25,20 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
+
+from _physionet import corpus
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 import pyarrow as pa
-
-
-def corpus() -> Path:
-    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
-    if not (path / "id.text").exists():
-        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
-    return path
 
 
 def main() -> None:

@@ -16,23 +16,15 @@ as ``phisieve detect-eval --cv`` does with the default.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow as pa
+from _physionet import corpus
 
 GRID = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
-
-
-def corpus() -> Path:
-    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
-    if not (path / "id.text").exists():
-        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
-    return path
 
 
 def split(documents: pa.Table, gold: pa.Table, test_patients: set[str]):

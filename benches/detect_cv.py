@@ -24,18 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-def corpus() -> Path:
-    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
-    if not (path / "id.text").exists():
-        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
-    return path
+from _physionet import corpus
 
 
 def minilm() -> str:

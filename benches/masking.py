@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,15 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from _physionet import corpus
 
 LENGTH = 512
-
-
-def corpus() -> Path:
-    path = Path(os.environ.get("PHISIEVE_TEST_CORPUS", "../shared/data/physionet-deid"))
-    if not (path / "id.text").exists():
-        sys.exit(f"PhysioNet corpus not found at {path} (set PHISIEVE_TEST_CORPUS)")
-    return path
 
 
 def build(work: Path, sequences: int) -> tuple[Path, pa.Table, Path]:
