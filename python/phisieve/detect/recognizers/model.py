@@ -229,7 +229,7 @@ class ModelRecognizer:
                 present = [b for b in ONNX_FILES if (self.path / ONNX_FILES[b]).is_file()]
                 backend = present[0] if present else "torch"
             self._check(backend)
-        model = session = None
+        model = session = run_on = None
         if backend == "torch":
             from transformers import AutoModelForTokenClassification
 
@@ -237,12 +237,10 @@ class ModelRecognizer:
                 model = AutoModelForTokenClassification.from_pretrained(
                     self.path, local_files_only=True
                 )
-        else:
-            session = OnnxLogits(self.path / ONNX_FILES[backend], threads)
-        run_on = None
-        if model is not None:
             run_on = _device(device)
             model.to(run_on).eval()
+        else:
+            session = OnnxLogits(self.path / ONNX_FILES[backend], threads)
         return _Runtime(
             tokenizer, backend, model, session, run_on, int(batch_size or BATCH_SIZES[backend])
         )
